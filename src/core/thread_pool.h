@@ -1,0 +1,53 @@
+// A fixed pool of worker threads running parallel loops over task indices.
+//
+// Determinism contract: work is split into tasks by the caller, and a task's result must depend
+// only on its index, never on which thread runs it or how many threads exist. Callers therefore
+// partition by a fixed grain (e.g. 16 output rows per task), never by the thread count, and merge
+// per-task partial results in task order. That is what makes logits bit-identical for any
+// --threads value.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace weft {
+
+class ThreadPool {
+ public:
+  // n_threads counts the calling thread, which also runs tasks; 0 means hardware concurrency.
+  explicit ThreadPool(int n_threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_threads_; }
+
+  // Runs fn(task) for task in [0, n_tasks), spread over the threads; returns when all are done.
+  // Not re-entrant: fn must not call parallel_for on the same pool.
+  void parallel_for(int64_t n_tasks, const std::function<void(int64_t task)>& fn);
+
+ private:
+  void worker_loop();
+  void run_tasks();
+
+  int n_threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable start_cv_, done_cv_;
+  const std::function<void(int64_t)>* job_ = nullptr;
+  int64_t n_tasks_ = 0;
+  std::atomic<int64_t> next_task_{0};
+  int64_t generation_ = 0;
+  int active_workers_ = 0;
+  bool stop_ = false;
+};
+
+// Helper: number of tasks of `grain` items covering n items.
+inline int64_t ceil_div(int64_t n, int64_t grain) { return (n + grain - 1) / grain; }
+
+}  // namespace weft

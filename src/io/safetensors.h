@@ -1,0 +1,48 @@
+// Safetensors reading (memory-mapped, validated) and writing (atomic: temp file + rename).
+//
+// Format: u64 little-endian header length N, N bytes of JSON {name: {dtype, shape, data_offsets:
+// [begin, end]}, "__metadata__": {str: str}}, then the data region; offsets are relative to it.
+// Every claim of the header is checked against the file before any tensor is exposed: header
+// length within the file, offsets inside the data region, begin <= end, no two tensors overlapping,
+// byte count == numel * dtype size, and no shape whose element count overflows.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/mapped_file.h"
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace weft {
+
+class SafetensorsFile {
+ public:
+  static Result<SafetensorsFile> open(const std::string& path);
+
+  const std::map<std::string, TensorView>& tensors() const { return tensors_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const TensorView* find(const std::string& name) const;
+  const std::string& path() const { return file_.path(); }
+
+ private:
+  MappedFile file_;
+  std::map<std::string, TensorView> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// One tensor to write; data must hold dtype_bytes(dtype, numel) bytes.
+struct TensorToWrite {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+};
+
+// Writes a safetensors file atomically (path + ".tmp", then rename), so a failed or interrupted
+// write never leaves a half-written file under `path`.
+Status write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                         const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace weft

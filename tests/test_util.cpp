@@ -1,0 +1,38 @@
+#include "test_util.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+
+namespace weft::test {
+
+std::string source_dir() { return WEFT_SOURCE_DIR; }
+std::string weft_binary() { return WEFT_BINARY; }
+std::string shared_dir() { return source_dir() + "/../shared"; }
+
+std::string temp_dir(const std::string& tag) {
+  std::random_device rd;
+  std::string dir = "/tmp/weft-test-" + tag + "-" + std::to_string(getpid()) + "-" + std::to_string(rd());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+int run_command(const std::string& cmd, std::string* output) {
+  std::string full = cmd + " 2>&1";
+  FILE* p = popen(full.c_str(), "r");
+  if (!p) return -1;
+  std::array<char, 4096> buf{};
+  std::string out;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int status = pclose(p);
+  if (output) *output = out;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace weft::test

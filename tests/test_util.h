@@ -1,0 +1,15 @@
+// Helpers shared by the tests: paths to the source tree, the built binary, and running it.
+#pragma once
+
+#include <string>
+
+namespace weft::test {
+
+std::string source_dir();             // repo root
+std::string weft_binary();            // path of the built `weft` tool
+std::string shared_dir();             // ../shared beside the repo (may be absent)
+std::string temp_dir(const std::string& tag);  // a fresh empty directory under /tmp
+// Runs a shell command; returns its exit status and captures stdout+stderr into *output.
+int run_command(const std::string& cmd, std::string* output);
+
+}  // namespace weft::test
