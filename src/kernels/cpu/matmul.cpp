@@ -1,0 +1,82 @@
+// Matrix-product dispatch and the scalar reference that fixes the summation order (see matmul.h).
+#include "kernels/cpu/matmul.h"
+
+#include <cmath>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/vec_convert.h"
+
+namespace weft {
+
+namespace {
+
+// The contract's order, written out lane by lane; matmul_avx2.cpp does the same with one ymm
+// register per dot product. std::fma because the vector path uses fused multiply-add.
+float dot_reference_order(const float* w, const float* x, int64_t K) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  const int64_t k8 = K & ~int64_t(7);
+  for (int64_t k = 0; k < k8; k += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] = std::fma(w[k + j], x[k + j], acc[j]);
+  }
+  const int64_t rem = K - k8;
+  if (rem != 0) {
+    // Padded lanes still take fma(+0, +0, acc): that turns an acc of -0 into +0, as the vector
+    // code does with its zero-filled masked loads.
+    for (int j = 0; j < 8; ++j) {
+      float wv = j < rem ? w[k8 + j] : 0.0f;
+      float xv = j < rem ? x[k8 + j] : 0.0f;
+      acc[j] = std::fma(wv, xv, acc[j]);
+    }
+  }
+  float s4[4], s2[2];
+  for (int i = 0; i < 4; ++i) s4[i] = acc[i] + acc[i + 4];
+  for (int i = 0; i < 2; ++i) s2[i] = s4[i] + s4[i + 2];
+  return s2[0] + s2[1];
+}
+
+// Runs fn over row blocks of kMatmulRowsPerTask, on the pool when there is one.
+template <typename Fn>
+void for_each_row_block(int64_t N, ThreadPool* pool, const Fn& fn) {
+  const int64_t n_tasks = ceil_div(N, kMatmulRowsPerTask);
+  auto task = [&](int64_t i) {
+    const int64_t n0 = i * kMatmulRowsPerTask;
+    const int64_t n1 = n0 + kMatmulRowsPerTask < N ? n0 + kMatmulRowsPerTask : N;
+    fn(n0, n1);
+  };
+  if (pool == nullptr || pool->size() <= 1 || n_tasks <= 1) {
+    for (int64_t i = 0; i < n_tasks; ++i) task(i);
+  } else {
+    pool->parallel_for(n_tasks, task);
+  }
+}
+
+}  // namespace
+
+void matmul_scalar(DType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
+                   int64_t T, float* out, int64_t ldo, ThreadPool* pool) {
+  if (N <= 0 || T <= 0 || K <= 0) return;
+  const size_t row_bytes = dtype_bytes(wtype, size_t(K));
+  const auto* wbytes = static_cast<const uint8_t*>(w);
+  for_each_row_block(N, pool, [&](int64_t n0, int64_t n1) {
+    std::vector<float> row(static_cast<size_t>(K));  // widening is exact, so converting first changes nothing
+    for (int64_t n = n0; n < n1; ++n) {
+      convert_row_to_f32_scalar(wtype, wbytes + size_t(n) * row_bytes, row.data(), K);
+      for (int64_t t = 0; t < T; ++t) {
+        out[t * ldo + n] = dot_reference_order(row.data(), x + t * ldx, K);
+      }
+    }
+  });
+}
+
+void matmul(DType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
+            int64_t T, float* out, int64_t ldo, ThreadPool* pool) {
+  if (use_avx2()) {
+    matmul_avx2(wtype, w, N, K, x, ldx, T, out, ldo, pool);
+  } else {
+    matmul_scalar(wtype, w, N, K, x, ldx, T, out, ldo, pool);
+  }
+}
+
+}  // namespace weft

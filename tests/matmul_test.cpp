@@ -1,0 +1,280 @@
+// Tests of the CPU matrix products and row conversions: accuracy against float64, and the
+// determinism contract (bit-identity across T, tiling, thread count, and scalar vs AVX2).
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/vec_convert.h"
+
+namespace weft {
+namespace {
+
+// Bytes placed so that they end exactly at an inaccessible page: any read past the end faults,
+// which is what a weight tensor at the end of a memory-mapped file would do.
+class GuardedBuffer {
+ public:
+  explicit GuardedBuffer(size_t bytes) {
+    page_ = size_t(sysconf(_SC_PAGESIZE));
+    map_bytes_ = (bytes + page_ - 1) / page_ * page_ + page_;
+    void* p = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    EXPECT_NE(p, MAP_FAILED);
+    base_ = static_cast<uint8_t*>(p);
+    mprotect(base_ + map_bytes_ - page_, page_, PROT_NONE);
+    data_ = base_ + map_bytes_ - page_ - bytes;
+  }
+  ~GuardedBuffer() { munmap(base_, map_bytes_); }
+  GuardedBuffer(const GuardedBuffer&) = delete;
+  GuardedBuffer& operator=(const GuardedBuffer&) = delete;
+  uint8_t* data() { return data_; }
+
+ private:
+  size_t page_ = 0, map_bytes_ = 0;
+  uint8_t* base_ = nullptr;
+  uint8_t* data_ = nullptr;
+};
+
+// A fresh seed each run (printed on failure) so that repeated runs cover new inputs.
+uint32_t fresh_seed() {
+  static std::random_device rd;
+  return rd();
+}
+
+struct Problem {
+  DType wtype;
+  int64_t N, K, T, ldx, ldo;
+  std::unique_ptr<GuardedBuffer> w;
+  std::unique_ptr<GuardedBuffer> x;
+  std::vector<float> w_f32;  // the weights as stored, widened (exactly) to f32
+};
+
+Problem make_problem(DType wtype, int64_t N, int64_t K, int64_t T, std::mt19937* rng) {
+  Problem p{wtype, N, K, T, K + (T > 1 ? 3 : 0), N + 1, nullptr, nullptr, {}};
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const size_t elem = dtype_size(wtype);
+  p.w = std::make_unique<GuardedBuffer>(size_t(N * K) * elem);
+  p.w_f32.resize(size_t(N * K));
+  for (int64_t i = 0; i < N * K; ++i) {
+    float v = dist(*rng);
+    uint8_t* dst = p.w->data() + size_t(i) * elem;
+    if (wtype == DType::kF32) {
+      std::memcpy(dst, &v, 4);
+    } else {
+      uint16_t h = wtype == DType::kF16 ? f32_to_f16(v) : f32_to_bf16(v);
+      std::memcpy(dst, &h, 2);
+      v = wtype == DType::kF16 ? f16_to_f32(h) : bf16_to_f32(h);
+    }
+    p.w_f32[size_t(i)] = v;
+  }
+  // x rows are ldx apart; the last row ends at the guard page.
+  const int64_t x_elems = (T - 1) * p.ldx + K;
+  p.x = std::make_unique<GuardedBuffer>(size_t(x_elems) * 4);
+  auto* x = reinterpret_cast<float*>(p.x->data());
+  for (int64_t i = 0; i < x_elems; ++i) x[i] = dist(*rng);
+  return p;
+}
+
+const float* x_of(const Problem& p) { return reinterpret_cast<const float*>(p.x->data()); }
+
+using MatmulFn = void (*)(DType, const void*, int64_t, int64_t, const float*, int64_t, int64_t,
+                          float*, int64_t, ThreadPool*);
+
+std::vector<float> run(MatmulFn fn, const Problem& p, ThreadPool* pool) {
+  std::vector<float> out(size_t(p.T * p.ldo), -12345.0f);
+  fn(p.wtype, p.w->data(), p.N, p.K, x_of(p), p.ldx, p.T, out.data(), p.ldo, pool);
+  return out;
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
+
+const DType kWeightTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+const int64_t kKs[] = {1, 7, 31, 33, 257, 2048 + 5};
+const int64_t kNs[] = {1, 3, 17, 100};
+const int64_t kTs[] = {1, 2, 5, 17, 64};
+
+// Every shape, every weight dtype: accuracy, T=1 vs batched, thread counts, scalar vs AVX2.
+TEST(Matmul, AccuracyAndDeterminism) {
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  ThreadPool pool2(2), pool3(3);
+  ThreadPool* pools[] = {nullptr, &pool2, &pool3};
+  const bool avx2 = cpu_features().has_avx2_fma_f16c();
+  for (DType wtype : kWeightTypes) {
+    for (int64_t K : kKs) {
+      for (int64_t N : kNs) {
+        for (int64_t T : kTs) {
+          SCOPED_TRACE(std::string(dtype_name(wtype)) + " N=" + std::to_string(N) +
+                       " K=" + std::to_string(K) + " T=" + std::to_string(T));
+          Problem p = make_problem(wtype, N, K, T, &rng);
+          const std::vector<float> out = run(matmul, p, nullptr);
+
+          // Accuracy. Each of the 8 lanes sums ceil(K/8) products with FMA and the reduction
+          // adds 3 more roundings, so |err| <= (ceil(K/8) + 3) * 2^-24 * sum_k |w_k x_k|
+          // (first-order bound; the weights are taken as stored, since widening is exact).
+          const double gamma = double((K + 7) / 8 + 3) * std::ldexp(1.0, -24) * 1.01;
+          int bad = 0;
+          for (int64_t t = 0; t < T; ++t) {
+            for (int64_t n = 0; n < N; ++n) {
+              double ref = 0, mag = 0;
+              for (int64_t k = 0; k < K; ++k) {
+                double prod = double(p.w_f32[size_t(n * K + k)]) * double(x_of(p)[t * p.ldx + k]);
+                ref += prod;
+                mag += std::fabs(prod);
+              }
+              const double got = out[size_t(t * p.ldo + n)];
+              if (!(std::fabs(got - ref) <= gamma * mag) && ++bad <= 5) {
+                ADD_FAILURE() << "t=" << t << " n=" << n << " got " << got << " want " << ref;
+              }
+            }
+            // Padding columns of out are untouched.
+            EXPECT_EQ(out[size_t(t * p.ldo + N)], -12345.0f);
+          }
+
+          // T=1 calls give the very bits of the batched call, row by row.
+          for (int64_t t = 0; t < T && T > 1; ++t) {
+            std::vector<float> one(static_cast<size_t>(N));
+            matmul(wtype, p.w->data(), N, K, x_of(p) + t * p.ldx, K, 1, one.data(), N, nullptr);
+            for (int64_t n = 0; n < N; ++n) {
+              ASSERT_TRUE(same_bits(one[size_t(n)], out[size_t(t * p.ldo + n)]))
+                  << "T=1 vs batched, t=" << t << " n=" << n;
+            }
+          }
+
+          // Thread counts, and the scalar twin (with and without threads).
+          for (ThreadPool* pool : pools) {
+            std::vector<float> got = run(matmul, p, pool);
+            ASSERT_EQ(0, std::memcmp(got.data(), out.data(), out.size() * 4))
+                << "pool of " << (pool ? pool->size() : 1);
+            if (avx2) {
+              got = run(matmul_avx2, p, pool);
+              ASSERT_EQ(0, std::memcmp(got.data(), out.data(), out.size() * 4)) << "avx2";
+            }
+            if (K * N * T <= 200000 || pool == &pool2) {  // the scalar twin is slow
+              got = run(matmul_scalar, p, pool);
+              for (size_t i = 0; i < out.size(); ++i) {
+                ASSERT_TRUE(same_bits(got[i], out[i])) << "scalar vs fast at " << i;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// All-(-0) rows and infinities give the same bits on both paths, tail or no tail.
+TEST(Matmul, SignedZeroAndSpecials) {
+  for (int64_t K : {3, 8, 11}) {
+    std::vector<float> w(size_t(2 * K), -0.0f), x(size_t(K), 1.0f);
+    w[size_t(K)] = std::numeric_limits<float>::infinity();
+    float a[2], b[2];
+    matmul_scalar(DType::kF32, w.data(), 2, K, x.data(), K, 1, a, 2, nullptr);
+    matmul(DType::kF32, w.data(), 2, K, x.data(), K, 1, b, 2, nullptr);
+    EXPECT_TRUE(same_bits(a[0], b[0])) << a[0] << " " << b[0];
+    EXPECT_TRUE(std::isinf(b[1]));
+  }
+}
+
+TEST(VecConvert, WideningMatchesScalarForEveryValue) {
+  if (!cpu_features().has_avx2_fma_f16c()) GTEST_SKIP() << "no AVX2";
+  const int64_t n = 65536 + 5;  // every 16-bit pattern, plus a tail
+  std::vector<uint16_t> src(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) src[size_t(i)] = uint16_t(i);
+  for (DType t : {DType::kF16, DType::kBF16}) {
+    std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n)), c(static_cast<size_t>(n));
+    convert_row_to_f32_scalar(t, src.data(), a.data(), n);
+    convert_row_to_f32_avx2(t, src.data(), b.data(), n);
+    convert_row_to_f32(t, src.data(), c.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      const float va = a[size_t(i)], vb = b[size_t(i)];
+      if (std::isnan(va)) {
+        EXPECT_TRUE(std::isnan(vb)) << dtype_name(t) << " " << i;  // payloads may differ
+      } else {
+        ASSERT_TRUE(same_bits(va, vb)) << dtype_name(t) << " " << i;
+      }
+      ASSERT_TRUE(same_bits(b[size_t(i)], c[size_t(i)]) || std::isnan(va));
+    }
+  }
+}
+
+TEST(VecConvert, NarrowingMatchesScalar) {
+  if (!cpu_features().has_avx2_fma_f16c()) GTEST_SKIP() << "no AVX2";
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  // Random bit patterns cover every exponent (subnormals, overflow, NaN); the listed values
+  // cover exact ties and boundaries.
+  std::vector<float> src;
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t bits = rng();
+    float f;
+    std::memcpy(&f, &bits, 4);
+    src.push_back(f);
+  }
+  for (int i = 0; i < 200000; ++i) src.push_back(std::ldexp(float(rng() % 4096), -30 + int(rng() % 50)));
+  for (float f : {0.0f, -0.0f, 65504.0f, 65520.0f, 65519.99f, 1.0f + std::ldexp(1.0f, -11),
+                  std::ldexp(1.0f, -25), std::ldexp(1.0f, -24), std::ldexp(3.0f, -26),
+                  std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::quiet_NaN(),
+                  1.00390625f, 1.01171875f}) {
+    src.push_back(f);
+  }
+  src.push_back(1.0f);  // odd length: exercises the tail
+  const int64_t n = int64_t(src.size());
+  std::vector<uint16_t> a(static_cast<size_t>(n)), b(static_cast<size_t>(n)), c(static_cast<size_t>(n));
+  convert_row_f32_to_f16_scalar(src.data(), a.data(), n);
+  convert_row_f32_to_f16_avx2(src.data(), b.data(), n);
+  convert_row_f32_to_f16(src.data(), c.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(a[size_t(i)], b[size_t(i)]) << "f16 of " << src[size_t(i)];
+    ASSERT_EQ(b[size_t(i)], c[size_t(i)]);
+  }
+  convert_row_f32_to_bf16_scalar(src.data(), a.data(), n);
+  convert_row_f32_to_bf16_avx2(src.data(), b.data(), n);
+  convert_row_f32_to_bf16(src.data(), c.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(a[size_t(i)], b[size_t(i)]) << "bf16 of " << src[size_t(i)];
+    ASSERT_EQ(b[size_t(i)], c[size_t(i)]);
+  }
+}
+
+// Throughput numbers for the comment atop matmul_avx2.cpp. Run with
+//   matmul_test --gtest_also_run_disabled_tests --gtest_filter='*Throughput*'
+TEST(Matmul, DISABLED_Throughput) {
+  const int64_t N = 4096, K = 2048;
+  std::mt19937 rng(1);
+  for (DType wtype : kWeightTypes) {
+    Problem p = make_problem(wtype, N, K, 64, &rng);
+    std::vector<float> out(size_t(64 * N));
+    for (int threads : {1, 2}) {
+      ThreadPool pool(threads);
+      for (int64_t T : {int64_t(1), int64_t(64)}) {
+        const int reps = T == 1 ? 50 : 3;
+        matmul(wtype, p.w->data(), N, K, x_of(p), p.ldx, T, out.data(), N, &pool);  // warm up
+        auto t0 = std::chrono::steady_clock::now();
+        for (int r = 0; r < reps; ++r) {
+          matmul(wtype, p.w->data(), N, K, x_of(p), p.ldx, T, out.data(), N, &pool);
+        }
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+        const double gbs = double(N * K) * double(dtype_size(wtype)) / s / 1e9;
+        const double gflops = 2.0 * double(N * K * T) / s / 1e9;
+        printf("%-4s threads=%d T=%-3lld %8.3f ms  weights %6.2f GB/s  %7.2f GFLOP/s\n",
+               dtype_name(wtype), threads, (long long)T, s * 1e3, gbs, gflops);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace weft
