@@ -82,18 +82,23 @@ void dot_rows_one_token(const uint8_t* const* rows, const float* x, int64_t K, f
   for (int r = 0; r < R; ++r) out[r] = reduce8(acc[r]);
 }
 
-// Prefill register tile: R f32 weight rows x C tokens, R*C independent accumulators.
-// out[c*ldo + r] receives row r, token c.
+// Prefill register tile: R f32 weight rows x C tokens over k in [0, len), R*C independent
+// accumulators. Accumulators live in acc (8 floats per dot product, token-major with stride
+// acc_ld floats between tokens) across K blocks: storing and reloading them keeps every lane's
+// summation exactly in order. last: len may end in a partial chunk and the sums are reduced into
+// out[c*ldo + r] (row r, token c).
 template <int R, int C>
-void dot_tile_f32(const float* const* rows, const float* x, int64_t ldx, int64_t K, float* out,
-                  int64_t ldo) {
+void dot_tile_f32(const float* const* rows, const float* x, int64_t ldx, int64_t len, bool first,
+                  bool last, float* acc_buf, int64_t acc_ld, float* out, int64_t ldo) {
   __m256 acc[R][C];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+    for (int c = 0; c < C; ++c) {
+      acc[r][c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(acc_buf + c * acc_ld + 8 * r);
+    }
   }
-  const int64_t k8 = K & ~int64_t(7);
+  const int64_t k8 = len & ~int64_t(7);
   for (int64_t k = 0; k < k8; k += 8) {
     __m256 wv[R];
 #pragma GCC unroll 4
@@ -105,7 +110,15 @@ void dot_tile_f32(const float* const* rows, const float* x, int64_t ldx, int64_t
       for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(wv[r], xv, acc[r][c]);
     }
   }
-  if (const int64_t rem = K - k8; rem != 0) {
+  if (!last) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) _mm256_storeu_ps(acc_buf + c * acc_ld + 8 * r, acc[r][c]);
+    }
+    return;
+  }
+  if (const int64_t rem = len - k8; rem != 0) {
     const __m256i mask = tail_mask(rem);
     __m256 wv[R];
 #pragma GCC unroll 4
@@ -124,17 +137,21 @@ void dot_tile_f32(const float* const* rows, const float* x, int64_t ldx, int64_t
   }
 }
 
+// Decode: rows streamed together, sharing each load of x (4 FMA chains hide FMA latency).
+constexpr int kDecodeRows = 4;
+// Prefill register tile: kTileRows x kTileTokens accumulators plus kTileRows weight registers
+// and one x register must fit the 16 ymm registers.
 constexpr int kTileRows = 4;
-constexpr int kTileTokens = 2;
+constexpr int kTileTokens = 3;
 
 template <DType D>
 void decode_block(const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, int64_t K,
                   const float* x, float* out) {
   int64_t n = n0;
-  const uint8_t* rows[kTileRows];
-  for (; n + kTileRows <= n1; n += kTileRows) {
-    for (int r = 0; r < kTileRows; ++r) rows[r] = w + size_t(n + r) * row_bytes;
-    dot_rows_one_token<D, kTileRows>(rows, x, K, out + n);
+  const uint8_t* rows[kDecodeRows];
+  for (; n + kDecodeRows <= n1; n += kDecodeRows) {
+    for (int r = 0; r < kDecodeRows; ++r) rows[r] = w + size_t(n + r) * row_bytes;
+    dot_rows_one_token<D, kDecodeRows>(rows, x, K, out + n);
   }
   for (; n < n1; ++n) {
     rows[0] = w + size_t(n) * row_bytes;
@@ -142,42 +159,60 @@ void decode_block(const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, in
   }
 }
 
+// K block of the prefill: 4 rows x 512 floats of weights (8 KiB) plus a token tile stay in L1
+// while the tiles sweep the tokens. A multiple of 8, so only the last block has a partial chunk.
+constexpr int64_t kPrefillKBlock = 512;
+
 template <int R>
-void prefill_rows(const float* const* rows, int64_t K, const float* x, int64_t ldx, int64_t T,
-                  float* out, int64_t ldo) {
+void prefill_rows(const float* const* rows, int64_t len, bool first, bool last, const float* x,
+                  int64_t ldx, int64_t T, float* acc, float* out, int64_t ldo) {
   int64_t t = 0;
   for (; t + kTileTokens <= T; t += kTileTokens) {
-    dot_tile_f32<R, kTileTokens>(rows, x + t * ldx, ldx, K, out + t * ldo, ldo);
+    dot_tile_f32<R, kTileTokens>(rows, x + t * ldx, ldx, len, first, last, acc + t * 8 * R, 8 * R,
+                                 out + t * ldo, ldo);
   }
-  for (; t < T; ++t) dot_tile_f32<R, 1>(rows, x + t * ldx, ldx, K, out + t * ldo, ldo);
+  for (; t < T; ++t) {
+    dot_tile_f32<R, 1>(rows, x + t * ldx, ldx, len, first, last, acc + t * 8 * R, 8 * R,
+                       out + t * ldo, ldo);
+  }
 }
 
-// Prefill: each group of rows is widened to f32 once into per-thread scratch, then reused by
-// every token, so the weights are read from memory once per call rather than once per token.
+// Prefill: the task's rows are widened to f32 once into per-thread scratch and reused by every
+// token, so the weights are read from memory once per call rather than once per token.
 void prefill_block(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1,
                    int64_t K, const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo) {
-  thread_local std::vector<float> scratch;
-  if (wtype != DType::kF32 && scratch.size() < size_t(kTileRows * K)) {
-    scratch.resize(size_t(kTileRows * K));
+  thread_local std::vector<float> scratch, acc;
+  const int64_t n_rows = n1 - n0;
+  if (wtype != DType::kF32 && scratch.size() < size_t(n_rows * K)) {
+    scratch.resize(size_t(n_rows * K));
   }
-  const float* rows[kTileRows];
-  for (int64_t n = n0; n < n1; n += kTileRows) {
-    const int r_count = int(n1 - n < kTileRows ? n1 - n : kTileRows);
-    for (int r = 0; r < r_count; ++r) {
-      const uint8_t* src = w + size_t(n + r) * row_bytes;
-      if (wtype == DType::kF32) {
-        rows[r] = reinterpret_cast<const float*>(src);
-      } else {
-        float* dst = scratch.data() + r * K;
-        convert_row_to_f32_avx2(wtype, src, dst, K);
-        rows[r] = dst;
-      }
+  if (acc.size() < size_t(n_rows * T * 8)) acc.resize(size_t(n_rows * T * 8));
+  const float* row_ptr[kMatmulRowsPerTask];
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const uint8_t* src = w + size_t(n0 + r) * row_bytes;
+    if (wtype == DType::kF32) {
+      row_ptr[r] = reinterpret_cast<const float*>(src);
+    } else {
+      convert_row_to_f32_avx2(wtype, src, scratch.data() + r * K, K);
+      row_ptr[r] = scratch.data() + r * K;
     }
-    switch (r_count) {
-      case 4: prefill_rows<4>(rows, K, x, ldx, T, out + n, ldo); break;
-      case 3: prefill_rows<3>(rows, K, x, ldx, T, out + n, ldo); break;
-      case 2: prefill_rows<2>(rows, K, x, ldx, T, out + n, ldo); break;
-      default: prefill_rows<1>(rows, K, x, ldx, T, out + n, ldo); break;
+  }
+  for (int64_t kb = 0; kb < K; kb += kPrefillKBlock) {
+    const bool first = kb == 0, last = kb + kPrefillKBlock >= K;
+    const int64_t len = last ? K - kb : kPrefillKBlock;
+    for (int64_t r0 = 0; r0 < n_rows; r0 += kTileRows) {
+      const int r_count = int(n_rows - r0 < kTileRows ? n_rows - r0 : kTileRows);
+      const float* rows[kTileRows];
+      for (int r = 0; r < r_count; ++r) rows[r] = row_ptr[r0 + r] + kb;
+      // Each group of rows owns T * 8 * r_count accumulator floats.
+      float* group_acc = acc.data() + r0 * T * 8;
+      float* group_out = out + n0 + r0;
+      switch (r_count) {
+        case 4: prefill_rows<4>(rows, len, first, last, x + kb, ldx, T, group_acc, group_out, ldo); break;
+        case 3: prefill_rows<3>(rows, len, first, last, x + kb, ldx, T, group_acc, group_out, ldo); break;
+        case 2: prefill_rows<2>(rows, len, first, last, x + kb, ldx, T, group_acc, group_out, ldo); break;
+        default: prefill_rows<1>(rows, len, first, last, x + kb, ldx, T, group_acc, group_out, ldo); break;
+      }
     }
   }
 }
