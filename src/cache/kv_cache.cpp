@@ -1,0 +1,84 @@
+#include "cache/kv_cache.h"
+
+#include <cassert>
+#include <cstring>
+
+#include "kernels/cpu/kv_quant.h"
+
+namespace weft {
+
+size_t kv_row_bytes(DType type, int64_t head_dim) { return dtype_bytes(type, size_t(head_dim)); }
+
+bool kv_type_supported(DType type, int64_t head_dim) {
+  switch (type) {
+    case DType::kF32:
+    case DType::kF16: return true;
+    case DType::kQ8_0:
+    case DType::kQ4_0: return head_dim % 32 == 0;
+    default: return false;
+  }
+}
+
+KvCache::KvCache(const KvCacheSpec& spec)
+    : spec_(spec),
+      k_row_bytes_(kv_row_bytes(spec.k_type, spec.head_dim)),
+      v_row_bytes_(kv_row_bytes(spec.v_type, spec.head_dim)),
+      layers_(size_t(spec.n_layers)) {}
+
+size_t KvCache::page_bytes() const {
+  return size_t(spec_.n_kv_heads * spec_.page_tokens) * (k_row_bytes_ + v_row_bytes_);
+}
+
+void KvCache::append(int64_t layer, const float* k, const float* v, int64_t T) {
+  Layer& L = layers_[size_t(layer)];
+  const int64_t hd = spec_.head_dim, nkv = spec_.n_kv_heads;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t pos = L.length;
+    if (pos % spec_.page_tokens == 0 && size_t(pos / spec_.page_tokens) == L.pages.size()) {
+      L.pages.emplace_back(new uint8_t[page_bytes()]);
+    }
+    KvLayerView view = this->view(layer);
+    view.length = pos + 1;
+    for (int64_t h = 0; h < nkv; ++h) {
+      encode_kv_row(spec_.k_type, k + (t * nkv + h) * hd, const_cast<uint8_t*>(view.k_row(h, pos)), hd);
+      encode_kv_row(spec_.v_type, v + (t * nkv + h) * hd, const_cast<uint8_t*>(view.v_row(h, pos)), hd);
+    }
+    L.length = pos + 1;
+  }
+}
+
+void KvCache::truncate(int64_t length) {
+  for (Layer& L : layers_) {
+    if (L.length <= length) continue;
+    L.length = length;
+    size_t keep = size_t((length + spec_.page_tokens - 1) / spec_.page_tokens);
+    L.pages.resize(keep);
+  }
+}
+
+KvLayerView KvCache::view(int64_t layer) const {
+  const Layer& L = layers_[size_t(layer)];
+  KvLayerView v;
+  v.pages = &L.pages;
+  v.length = L.length;
+  v.page_tokens = spec_.page_tokens;
+  v.n_kv_heads = spec_.n_kv_heads;
+  v.head_dim = spec_.head_dim;
+  v.k_type = spec_.k_type;
+  v.v_type = spec_.v_type;
+  v.k_row_bytes = k_row_bytes_;
+  v.v_row_bytes = v_row_bytes_;
+  return v;
+}
+
+size_t KvCache::bytes_per_token() const {
+  return size_t(spec_.n_layers * spec_.n_kv_heads) * (k_row_bytes_ + v_row_bytes_);
+}
+
+size_t KvCache::bytes_allocated() const {
+  size_t n = 0;
+  for (const Layer& L : layers_) n += L.pages.size() * page_bytes();
+  return n;
+}
+
+}  // namespace weft

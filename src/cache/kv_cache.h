@@ -1,0 +1,69 @@
+// KvCache: the keys and values of the full-attention layers of one session, in fixed-size pages.
+//
+// Growth allocates a new page and never copies old ones, so appending is O(new tokens) at any
+// depth and row pointers stay valid for the cache's lifetime (until truncate/clear).
+// Page layout, per layer: [K: n_kv_heads x page_tokens rows][V: n_kv_heads x page_tokens rows];
+// a row is one head's head_dim values of one token, encoded in the layer's K or V type
+// (f32, f16, or the 32-value blocks of q8_0 / q4_0). A head's rows are contiguous inside a page,
+// so attention streams them. K is stored after RoPE (as transformers' cache holds it).
+// Quantized rows are written once, when the token is appended, and never re-quantized.
+// Thread safety: none; one session owns its cache.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/kv_view.h"
+
+namespace weft {
+
+struct KvCacheSpec {
+  int64_t n_layers = 0;      // full-attention layers only
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  DType k_type = DType::kF16;
+  DType v_type = DType::kF16;
+  int64_t page_tokens = 256;
+};
+
+// Encoded bytes of one row of `head_dim` values in `type`.
+size_t kv_row_bytes(DType type, int64_t head_dim);
+// True for the cache element types weft supports (f32, f16, q8_0, q4_0), with head_dim
+// compatible (quantized types need head_dim % 32 == 0).
+bool kv_type_supported(DType type, int64_t head_dim);
+
+class KvCache {
+ public:
+  explicit KvCache(const KvCacheSpec& spec);
+
+  const KvCacheSpec& spec() const { return spec_; }
+  int64_t length(int64_t layer) const { return layers_[size_t(layer)].length; }
+
+  // Appends T tokens to `layer`. k, v: f32 [T, n_kv_heads, head_dim]. Encodes into the cache type.
+  void append(int64_t layer, const float* k, const float* v, int64_t T);
+  // Drops every token at position >= length in all layers (pages beyond are freed).
+  void truncate(int64_t length);
+  void clear() { truncate(0); }
+
+  KvLayerView view(int64_t layer) const;
+
+  // Bytes one context token costs across all layers (K + V rows for every KV head).
+  size_t bytes_per_token() const;
+  // Bytes of the pages held now (resident once touched).
+  size_t bytes_allocated() const;
+
+ private:
+  struct Layer {
+    std::vector<std::unique_ptr<uint8_t[]>> pages;
+    int64_t length = 0;
+  };
+  size_t page_bytes() const;
+
+  KvCacheSpec spec_;
+  size_t k_row_bytes_, v_row_bytes_;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace weft

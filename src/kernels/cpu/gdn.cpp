@@ -1,0 +1,66 @@
+#include "kernels/cpu/gdn.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/cpu/ops.h"
+
+namespace weft {
+
+void causal_conv1d_silu(float* x, int64_t T, int64_t channels, const float* w, int64_t kernel, float* state) {
+  const int64_t hist = kernel - 1;
+  // window[i] = input at time (t - hist + i); rows 0..hist-1 come from state, then x.
+  std::vector<float> window(static_cast<size_t>((hist + T) * channels));
+  std::memcpy(window.data(), state, size_t(hist * channels) * sizeof(float));
+  std::memcpy(window.data() + hist * channels, x, size_t(T * channels) * sizeof(float));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t c = 0; c < channels; ++c) {
+      float s = 0;
+      for (int64_t j = 0; j < kernel; ++j) s += w[c * kernel + j] * window[size_t((t + j) * channels + c)];
+      x[t * channels + c] = silu(s);
+    }
+  }
+  std::memcpy(state, window.data() + T * channels, size_t(hist * channels) * sizeof(float));
+}
+
+void gdn_recurrent(const GdnRecurrentArgs& a, ThreadPool* pool) {
+  const int64_t ratio = a.n_v / a.n_k, dk = a.dk, dv = a.dv;
+  auto head = [&](int64_t j) {
+    float* S = a.state + j * dk * dv;
+    const int64_t kh = j / ratio;
+    std::vector<float> kv(static_cast<size_t>(dv)), delta(static_cast<size_t>(dv));
+    for (int64_t t = 0; t < a.T; ++t) {
+      const float* q = a.q + t * a.q_stride + kh * dk;
+      const float* k = a.k + t * a.q_stride + kh * dk;
+      const float* v = a.v + t * a.v_stride + j * dv;
+      const float decay = std::exp(a.g[t * a.n_v + j]);
+      const float beta = a.beta[t * a.n_v + j];
+      std::fill(kv.begin(), kv.end(), 0.0f);
+      for (int64_t r = 0; r < dk; ++r) {
+        float* Sr = S + r * dv;
+        const float kr = k[r];
+        for (int64_t c = 0; c < dv; ++c) {
+          Sr[c] *= decay;
+          kv[size_t(c)] += Sr[c] * kr;
+        }
+      }
+      for (int64_t c = 0; c < dv; ++c) delta[size_t(c)] = (v[c] - kv[size_t(c)]) * beta;
+      float* out = a.out + (t * a.n_v + j) * dv;
+      std::fill(out, out + dv, 0.0f);
+      for (int64_t r = 0; r < dk; ++r) {
+        float* Sr = S + r * dv;
+        const float kr = k[r], qr = q[r];
+        for (int64_t c = 0; c < dv; ++c) {
+          Sr[c] += kr * delta[size_t(c)];
+          out[c] += Sr[c] * qr;
+        }
+      }
+    }
+  };
+  if (pool) pool->parallel_for(a.n_v, head);
+  else for (int64_t j = 0; j < a.n_v; ++j) head(j);
+}
+
+}  // namespace weft

@@ -1,0 +1,36 @@
+// KvLayerView: how attention kernels (CPU now, CUDA later) see one layer of the paged KV cache.
+// The cache (src/cache/kv_cache.h) owns the pages; kernels only read through this view.
+// Page layout: [K: n_kv_heads x page_tokens rows][V: n_kv_heads x page_tokens rows].
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace weft {
+
+// Read-only view of one layer, for attention kernels.
+struct KvLayerView {
+  const std::vector<std::unique_ptr<uint8_t[]>>* pages = nullptr;
+  int64_t length = 0;
+  int64_t page_tokens = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  DType k_type = DType::kF16, v_type = DType::kF16;
+  size_t k_row_bytes = 0, v_row_bytes = 0;
+
+  const uint8_t* k_row(int64_t head, int64_t pos) const {
+    const uint8_t* page = (*pages)[size_t(pos / page_tokens)].get();
+    return page + size_t(head * page_tokens + pos % page_tokens) * k_row_bytes;
+  }
+  const uint8_t* v_row(int64_t head, int64_t pos) const {
+    const uint8_t* page = (*pages)[size_t(pos / page_tokens)].get();
+    return page + size_t(n_kv_heads * page_tokens) * k_row_bytes +
+           size_t(head * page_tokens + pos % page_tokens) * v_row_bytes;
+  }
+};
+
+}  // namespace weft
