@@ -669,8 +669,8 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
 
 // ---- encoding ----
 
-size_t Tokenizer::next_split(std::string_view text, size_t pos) const {
-  switch (pattern_) {
+size_t Tokenizer::next_split(SplitPattern pattern, std::string_view text, size_t pos) {
+  switch (pattern) {
     case SplitPattern::kGpt2:
       return split_gpt2(text, pos);
     case SplitPattern::kLlama3:
@@ -679,6 +679,16 @@ size_t Tokenizer::next_split(std::string_view text, size_t pos) const {
       return split_llama3(text, pos, 1);
   }
   return text.size();
+}
+
+std::vector<std::string_view> Tokenizer::pre_tokenize(SplitPattern pattern, std::string_view text) {
+  std::vector<std::string_view> pieces;
+  for (size_t pos = 0; pos < text.size();) {
+    const size_t end = next_split(pattern, text, pos);
+    pieces.push_back(text.substr(pos, end - pos));
+    pos = end;
+  }
+  return pieces;
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
@@ -718,7 +728,7 @@ void Tokenizer::encode_plain(std::string_view text, PieceCache* cache,
   }
   size_t pos = 0;
   while (pos < text.size()) {
-    const size_t end = next_split(text, pos);
+    const size_t end = next_split(pattern_, text, pos);
     const std::string_view piece = text.substr(pos, end - pos);
     pos = end;
     if (piece.size() == 1) {

@@ -49,6 +49,10 @@ class Tokenizer {
   bool add_bos() const { return add_bos_; }
   SplitPattern split_pattern() const { return pattern_; }
 
+  // The pre-tokenizer alone: text cut into the pieces the split pattern matches (they cover the
+  // text exactly, in order). Exposed for tests and diagnostics.
+  static std::vector<std::string_view> pre_tokenize(SplitPattern pattern, std::string_view text);
+
  private:
   struct Merge {
     int32_t rank;
@@ -67,7 +71,7 @@ class Tokenizer {
   void encode_plain(std::string_view text, PieceCache* cache, std::vector<int32_t>* out) const;
   // Byte-pair-encodes one pre-token (raw bytes).
   void bpe(std::string_view piece, std::vector<int32_t>* out) const;
-  size_t next_split(std::string_view text, size_t pos) const;
+  static size_t next_split(SplitPattern pattern, std::string_view text, size_t pos);
 
   std::vector<std::string> id_to_bytes_;   // decoded bytes of each id ("" for holes)
   std::vector<uint8_t> is_added_;          // 1 where the id is an added token
