@@ -45,6 +45,13 @@ std::string fmt(double v, const char* spec = "%.4g") {
   return buf;
 }
 
+// Metric names go into a Markdown table cell, where a bare '|' would split the cell.
+std::string md_cell(const std::string& s) {
+  std::string out;
+  for (char c : s) out += c == '|' ? std::string("\\|") : std::string(1, c);
+  return out;
+}
+
 std::string join(const std::vector<std::string>& items, const std::string& sep) {
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];
@@ -306,7 +313,7 @@ std::string report_markdown(const CompareReport& r) {
         "noise floor | MDE | verdict |\n";
   md += "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|\n";
   for (const auto& m : r.metrics) {
-    md += "| " + m.metric + " | " + std::to_string(m.n) + " | " + fmt(m.mean_a) + " | " +
+    md += "| " + md_cell(m.metric) + " | " + std::to_string(m.n) + " | " + fmt(m.mean_a) + " | " +
           fmt(m.mean_b) + " | " + fmt(m.diff, "%+.4g") + " | " + fmt(m.median_diff, "%+.4g") +
           " | " + fmt(m.ratio) + " | [" + fmt(m.ci.lo) + ", " + fmt(m.ci.hi) + "] | " +
           fmt(m.p, "%.3g") + " | " + fmt(m.p_sign, "%.3g") + " | " + fmt(m.noise_floor) + " | " +
