@@ -22,6 +22,10 @@ enum class SplitPattern {
   kQwen2,    // as kLlama3 but \p{N} (single digits)
 };
 
+// Immutable after load; encode/decode are const and keep no shared mutable state, so one
+// Tokenizer may serve many threads. Known simplifications: an NFC normalizer is taken as identity
+// (input is expected to be NFC already), and added-token flags lstrip/rstrip/single_word are
+// ignored (exact, longest-first matching only), which is right for the Llama-3 and Qwen families.
 class Tokenizer {
  public:
   // Reads tokenizer.json and, when present beside it, tokenizer_config.json (BOS/EOS) and
