@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "cli/command.h"
@@ -60,6 +61,12 @@ int run_synth(int argc, char** argv) {
     return 2;
   }
 
+  // synth_write refuses this too; checking first keeps the refusal from following a progress header.
+  std::error_code ec;
+  if (!force && std::filesystem::is_directory(out_dir, ec) && !std::filesystem::is_empty(out_dir, ec)) {
+    std::fprintf(stderr, "weft synth: %s is not empty (use --force to replace it)\n", out_dir.c_str());
+    return 1;
+  }
   const int64_t bytes = synth_estimated_bytes(*spec);
   SynthWriteOptions opt;
   opt.force = force;
