@@ -1,0 +1,139 @@
+#include "cli/common.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "core/mapped_file.h"
+#include "model/synth.h"
+
+namespace weft::cli {
+
+namespace fs = std::filesystem;
+
+Result<std::string> default_model_dir() {
+  if (const char* env = std::getenv("WEFT_DEFAULT_MODEL"); env && *env) return std::string(env);
+#ifdef WEFT_SOURCE_DIR_DEFAULT
+  const std::string shipped = std::string(WEFT_SOURCE_DIR_DEFAULT) + "/models/weft-tiny-hybrid";
+  if (fs::exists(shipped + "/config.json")) {
+    std::fprintf(stderr, "weft: no -m given; using the built-in model %s\n", shipped.c_str());
+    return shipped;
+  }
+#endif
+  std::string cache;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) cache = xdg;
+  else if (const char* home = std::getenv("HOME"); home && *home) cache = std::string(home) + "/.cache";
+  else cache = "/tmp";
+  const std::string dir = cache + "/weft/synth-tiny";
+  if (!fs::exists(dir + "/config.json")) {
+    std::fprintf(stderr, "weft: no -m given; writing the built-in synthetic hybrid model to %s\n", dir.c_str());
+    auto spec = synth_preset("tiny");
+    if (!spec.ok()) return spec.status();
+    std::error_code ec;
+    fs::create_directories(cache + "/weft", ec);
+    SynthWriteOptions opts;
+    opts.force = true;
+    WEFT_RETURN_IF_ERROR(synth_write(spec.value(), dir, opts));
+  } else {
+    std::fprintf(stderr, "weft: no -m given; using the built-in synthetic hybrid model %s\n", dir.c_str());
+  }
+  return dir;
+}
+
+Result<std::unique_ptr<Model>> load_model(const std::string& dir) { return Model::load(dir); }
+
+Result<std::vector<int32_t>> parse_ids(const std::string& text, const std::string& source) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (i < text.size()) {
+    char ch = text[i];
+    if (ch == ',' || ch == ' ' || ch == '\n' || ch == '\t' || ch == '\r') { ++i; continue; }
+    size_t j = i;
+    if (text[j] == '-' || text[j] == '+') ++j;
+    size_t digits = j;
+    while (j < text.size() && text[j] >= '0' && text[j] <= '9') ++j;
+    bool ok = j > digits && (j == text.size() || text[j] == ',' || text[j] == ' ' || text[j] == '\n' ||
+                             text[j] == '\t' || text[j] == '\r');
+    if (!ok || j - digits > 10) {
+      size_t end = text.find_first_of(" ,\n\t\r", i);
+      return Status::error(source + ": '" + text.substr(i, std::min<size_t>(end - i, 32)) +
+                           "' is not a token id (ids are integers separated by whitespace or commas)");
+    }
+    long long v = std::stoll(text.substr(i, j - i));
+    if (v < 0 || v > 0x7fffffff) return Status::error(source + ": token id " + std::to_string(v) + " is out of range");
+    ids.push_back(int32_t(v));
+    i = j;
+  }
+  return ids;
+}
+
+Result<std::vector<int32_t>> read_ids_file(const std::string& path) {
+  auto text = read_text_file(path);
+  if (!text.ok()) return text.status();
+  auto ids = parse_ids(text.value(), path);
+  if (!ids.ok()) return ids.status();
+  if (ids->empty()) return Status::error(path + ": no token ids");
+  return ids;
+}
+
+Result<DType> parse_kv_type(const std::string& name) {
+  if (name == "f16") return DType::kF16;
+  if (name == "f32") return DType::kF32;
+  if (name == "q8_0") return DType::kQ8_0;
+  if (name == "q4_0") return DType::kQ4_0;
+  return Status::error("unknown KV cache type '" + name + "' (use f16, q8_0, q4_0 or f32)");
+}
+
+void KvFlags::add(CLI::App& app) {
+  app.add_option("--kv", kv, "KV cache type for K and V: f16 (strict default), q8_0, q4_0, f32");
+  app.add_option("--kv-k,-ctk,--ctk", kv_k, "KV cache type for K only");
+  app.add_option("--kv-v,-ctv,--ctv", kv_v, "KV cache type for V only");
+}
+
+Result<KvOptions> KvFlags::resolve() const {
+  KvOptions o;
+  if (!kv.empty()) {
+    auto t = parse_kv_type(kv);
+    if (!t.ok()) return t.status();
+    o.k_type = o.v_type = t.value();
+  }
+  if (!kv_k.empty()) {
+    auto t = parse_kv_type(kv_k);
+    if (!t.ok()) return t.status();
+    o.k_type = t.value();
+  }
+  if (!kv_v.empty()) {
+    auto t = parse_kv_type(kv_v);
+    if (!t.ok()) return t.status();
+    o.v_type = t.value();
+  }
+  return o;
+}
+
+int parse_or_exit(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "weft %s: %s\n(see weft %s --help)\n", app.get_name().c_str(), e.what(), app.get_name().c_str());
+    return 2;
+  }
+  return -1;
+}
+
+int fail(const Status& status) {
+  std::fprintf(stderr, "weft: %s\n", status.message().c_str());
+  return 1;
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) { b /= 1024; ++u; }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
+  return buf;
+}
+
+}  // namespace weft::cli

@@ -1,0 +1,40 @@
+#include "engine/session.h"
+
+#include <algorithm>
+
+namespace weft {
+
+Session::Session(const Model& model, const SessionOptions& options)
+    : model_(model), options_(options), pool_(options.threads), state_(model.config(), options.kv) {
+  if (options_.batch <= 0) options_.batch = 1;
+}
+
+Status Session::feed(const int32_t* ids, int64_t n, float* all_logits, float* last_logits) {
+  const int64_t V = model_.config().vocab_size;
+  for (int64_t i = 0; i < n; ++i)
+    if (ids[i] < 0 || ids[i] >= V)
+      return Status::error("token id " + std::to_string(ids[i]) + " at index " + std::to_string(i) +
+                           " is outside the vocabulary [0, " + std::to_string(V) + ")");
+  for (int64_t done = 0; done < n;) {
+    const int64_t T = std::min(options_.batch, n - done);
+    ForwardOptions fo;
+    if (all_logits) {
+      fo.logits = all_logits + done * V;
+      fo.all_logits = true;
+    } else if (last_logits && done + T == n) {
+      fo.logits = last_logits;
+    }
+    WEFT_RETURN_IF_ERROR(forward(model_, state_, ids + done, T, fo, buffers_, &pool_));
+    done += T;
+  }
+  if (all_logits && last_logits && n > 0) std::copy(all_logits + (n - 1) * V, all_logits + n * V, last_logits);
+  return Status();
+}
+
+Status Session::step(int32_t id, float* logits) {
+  ForwardOptions fo;
+  fo.logits = logits;
+  return forward(model_, state_, &id, 1, fo, buffers_, &pool_);
+}
+
+}  // namespace weft

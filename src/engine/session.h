@@ -1,0 +1,49 @@
+// Session: one sequence being decoded — a model (shared, immutable), its per-sequence state
+// (KV cache + GDN state), scratch buffers and a thread pool. Prefill runs in batches of
+// `batch` tokens through blocked matrix products; decode runs one token at a time.
+// Thread safety: a session is used by one thread at a time; many sessions may share a Model.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "model/state.h"
+
+namespace weft {
+
+struct SessionOptions {
+  KvOptions kv;
+  int threads = 0;       // 0: one per hardware thread
+  int64_t batch = 128;   // prefill tokens per forward call
+};
+
+class Session {
+ public:
+  Session(const Model& model, const SessionOptions& options);
+
+  const Model& model() const { return model_; }
+  int64_t position() const { return state_.position(); }
+  ModelState& state() { return state_; }
+  ThreadPool& pool() { return pool_; }
+
+  // Feeds `n` tokens (prefill or teacher forcing). all_logits (if non-null) receives [n, V]
+  // logits of every position; last_logits (if non-null) receives the [V] logits of the last.
+  Status feed(const int32_t* ids, int64_t n, float* all_logits, float* last_logits);
+  // One decode step: feeds `id` and writes the next-token logits [V].
+  Status step(int32_t id, float* logits);
+  void reset() { state_.reset(); }
+
+ private:
+  const Model& model_;
+  SessionOptions options_;
+  ThreadPool pool_;
+  ModelState state_;
+  ForwardBuffers buffers_;
+};
+
+}  // namespace weft

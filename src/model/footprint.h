@@ -1,0 +1,30 @@
+// Footprint: what a model costs — parameters (total and active per token), the weight bytes a
+// decoded token must read, and the cache bytes per context token for a KV type. The byte model
+// of the lab (bench ceiling, roofline) is computed from these, from the model's real tensors.
+#pragma once
+
+#include <cstdint>
+
+#include "model/model.h"
+#include "model/state.h"
+
+namespace weft {
+
+struct Footprint {
+  int64_t total_params = 0;        // every bound tensor (embedding and head once if tied)
+  int64_t active_params = 0;       // per token: top-k experts of E, everything else whole
+  uint64_t total_weight_bytes = 0;
+  // Weight bytes one decoded token reads: every projection, the router, the shared expert, the
+  // top-k experts and the output head in their stored dtypes, plus one embedding row.
+  uint64_t active_weight_bytes = 0;
+  uint64_t gdn_state_bytes = 0;    // conv windows + delta-rule states, f32, independent of context
+  int64_t full_attention_layers = 0;
+  int64_t linear_attention_layers = 0;
+};
+
+Footprint compute_footprint(const Model& model);
+
+// KV bytes per context token for K type k and V type v (full-attention layers only).
+uint64_t kv_bytes_per_token(const ModelConfig& config, DType k, DType v);
+
+}  // namespace weft

@@ -1,0 +1,46 @@
+// ModelState: everything one sequence carries between forward calls — the paged KV cache of the
+// full-attention layers, the recurrent state of the GDN layers, and the position reached.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cache/kv_cache.h"
+#include "cache/recurrent_state.h"
+#include "model/config.h"
+
+namespace weft {
+
+struct KvOptions {
+  DType k_type = DType::kF16;  // strict default
+  DType v_type = DType::kF16;
+  int64_t page_tokens = 256;
+};
+
+class ModelState {
+ public:
+  ModelState(const ModelConfig& config, const KvOptions& kv);
+
+  int64_t position() const { return position_; }
+  void advance(int64_t n) { position_ += n; }
+  // Back to the empty sequence.
+  void reset();
+
+  KvCache& kv() { return kv_; }
+  const KvCache& kv() const { return kv_; }
+  RecurrentState& recurrent() { return recurrent_; }
+  const RecurrentState& recurrent() const { return recurrent_; }
+  // Index of model layer i inside the KV cache (full attention) or recurrent state (GDN).
+  int64_t slot(int64_t layer) const { return slot_[size_t(layer)]; }
+
+ private:
+  KvCache kv_;
+  RecurrentState recurrent_;
+  std::vector<int64_t> slot_;
+  int64_t position_ = 0;
+};
+
+KvCacheSpec kv_cache_spec(const ModelConfig& config, const KvOptions& kv);
+RecurrentStateSpec recurrent_state_spec(const ModelConfig& config);
+
+}  // namespace weft
