@@ -108,8 +108,8 @@ TEST(Matmul, AccuracyAndDeterminism) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  ThreadPool pool2(2), pool3(3);
-  ThreadPool* pools[] = {nullptr, &pool2, &pool3};
+  ThreadPool pool1(1), pool2(2), pool3(3);
+  ThreadPool* pools[] = {nullptr, &pool1, &pool2, &pool3};
   const bool avx2 = cpu_features().has_avx2_fma_f16c();
   for (DType wtype : kWeightTypes) {
     for (int64_t K : kKs) {
