@@ -86,8 +86,8 @@ Result<DType> parse_kv_type(const std::string& name) {
 
 void KvFlags::add(CLI::App& app) {
   app.add_option("--kv", kv, "KV cache type for K and V: f16 (strict default), q8_0, q4_0, f32");
-  app.add_option("--kv-k,-ctk,--ctk", kv_k, "KV cache type for K only");
-  app.add_option("--kv-v,-ctv,--ctv", kv_v, "KV cache type for V only");
+  app.add_option("--kv-k,--ctk", kv_k, "KV cache type for K only (alias -ctk)");
+  app.add_option("--kv-v,--ctv", kv_v, "KV cache type for V only (alias -ctv)");
 }
 
 Result<KvOptions> KvFlags::resolve() const {
@@ -111,8 +111,16 @@ Result<KvOptions> KvFlags::resolve() const {
 }
 
 int parse_or_exit(CLI::App& app, int argc, char** argv) {
+  // llama.cpp spells the per-tensor KV flags -ctk / -ctv; CLI11 takes only one-letter short
+  // names, so they are rewritten to their long forms first. CLI11 wants the list reversed.
+  std::vector<std::string> args;
+  for (int i = argc - 1; i >= 1; --i) {
+    std::string a = argv[i];
+    if (a == "-ctk" || a == "-ctv") a = "-" + a;
+    args.push_back(a);
+  }
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
