@@ -81,4 +81,35 @@ size_t KvCache::bytes_allocated() const {
   return n;
 }
 
+void KvCache::assign_from(const KvCache& src) {
+  assert(src.spec_.n_layers == spec_.n_layers && src.spec_.n_kv_heads == spec_.n_kv_heads &&
+         src.spec_.head_dim == spec_.head_dim);
+  clear();
+  const int64_t hd = spec_.head_dim, nkv = spec_.n_kv_heads;
+  std::vector<float> row(static_cast<size_t>(hd));
+  for (int64_t l = 0; l < spec_.n_layers; ++l) {
+    const KvLayerView s = src.view(l);
+    Layer& L = layers_[size_t(l)];
+    const size_t n_pages = size_t((s.length + spec_.page_tokens - 1) / spec_.page_tokens);
+    while (L.pages.size() < n_pages) L.pages.emplace_back(new uint8_t[page_bytes()]);
+    L.length = s.length;
+    const KvLayerView d = view(l);
+    for (int64_t pos = 0; pos < s.length; ++pos) {
+      for (int64_t h = 0; h < nkv; ++h) {
+        for (int kv = 0; kv < 2; ++kv) {
+          const uint8_t* in = kv == 0 ? s.k_row(h, pos) : s.v_row(h, pos);
+          uint8_t* out = const_cast<uint8_t*>(kv == 0 ? d.k_row(h, pos) : d.v_row(h, pos));
+          const DType st = kv == 0 ? s.k_type : s.v_type, dt = kv == 0 ? d.k_type : d.v_type;
+          if (st == dt) {
+            std::memcpy(out, in, kv == 0 ? k_row_bytes_ : v_row_bytes_);
+          } else {
+            decode_kv_row(st, in, row.data(), hd);
+            encode_kv_row(dt, row.data(), out, hd);
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace weft

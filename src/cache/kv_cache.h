@@ -54,6 +54,12 @@ class KvCache {
   // Bytes of the pages held now (resident once touched).
   size_t bytes_allocated() const;
 
+  // Makes this cache hold src's tokens, re-encoded into this cache's K/V types (same layers,
+  // heads and head_dim; page size may differ). Rows of equal type are copied byte for byte;
+  // otherwise each row is decoded to f32 and encoded once (e.g. an f16 prefix quantized to
+  // q8_0 exactly as append would have quantized the same f32 row, up to the f16 rounding).
+  void assign_from(const KvCache& src);
+
  private:
   struct Layer {
     std::vector<std::unique_ptr<uint8_t[]>> pages;

@@ -24,4 +24,11 @@ size_t RecurrentState::bytes() const {
   return n;
 }
 
+void RecurrentState::assign_from(const RecurrentState& src) {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    layers_[i].conv = src.layers_[i].conv;
+    layers_[i].ssm = src.layers_[i].ssm;
+  }
+}
+
 }  // namespace weft

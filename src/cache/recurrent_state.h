@@ -31,6 +31,8 @@ class RecurrentState {
   const RecurrentLayerState& layer(int64_t i) const { return layers_[size_t(i)]; }
   void reset();  // zeros: the state before any token
   size_t bytes() const;
+  // Copies src's values (same spec): the snapshot/restore of a sequence's GDN state.
+  void assign_from(const RecurrentState& src);
 
  private:
   RecurrentStateSpec spec_;

@@ -36,4 +36,16 @@ void ModelState::reset() {
   position_ = 0;
 }
 
+void ModelState::assign_from(const ModelState& src) {
+  kv_.assign_from(src.kv_);
+  recurrent_.assign_from(src.recurrent_);
+  position_ = src.position_;
+}
+
+void ModelState::rewind(int64_t position, const RecurrentState& recurrent) {
+  kv_.truncate(position);
+  recurrent_.assign_from(recurrent);
+  position_ = position;
+}
+
 }  // namespace weft

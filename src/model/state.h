@@ -25,6 +25,12 @@ class ModelState {
   void advance(int64_t n) { position_ += n; }
   // Back to the empty sequence.
   void reset();
+  // Becomes a copy of src: its KV rows re-encoded into this state's cache types (see
+  // KvCache::assign_from), its GDN state and its position.
+  void assign_from(const ModelState& src);
+  // Rewinds to `position` (<= position()): drops KV rows from there on and sets the GDN state to
+  // `recurrent`, which must be the state saved at that position. O(GDN state), not O(context).
+  void rewind(int64_t position, const RecurrentState& recurrent);
 
   KvCache& kv() { return kv_; }
   const KvCache& kv() const { return kv_; }

@@ -1,0 +1,188 @@
+// `weft bench`: the paired decode curve (tok/s vs context depth per KV arm) with the KV-share
+// ceiling, the byte roofline against an in-process bandwidth probe, and Step 0's kill verdict.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "cli/common.h"
+#include "lab/bench.h"
+#include "model/synth.h"
+
+namespace weft::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+Result<std::vector<int64_t>> parse_depths(const std::string& s) {
+  std::vector<int64_t> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      long long v = std::stoll(item, &used);
+      std::string rest = item.substr(used);
+      int64_t mult = 1;
+      if (rest == "K" || rest == "k") mult = 1024;
+      else if (!rest.empty()) throw std::invalid_argument(item);
+      if (v <= 0) throw std::invalid_argument(item);
+      out.push_back(v * mult);
+    } catch (const std::exception&) {
+      return Status::error("--ctx: '" + item + "' is not a positive context length");
+    }
+  }
+  return out;
+}
+
+// FNV-1a 64: a stable key for the synthetic model's cache directory.
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char ch : s) { h ^= ch; h *= 1099511628211ULL; }
+  return h;
+}
+
+std::string cache_root() {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/weft";
+  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/weft";
+  return "/tmp/weft";
+}
+
+// Writes the synthetic model once per spec (config + seed + dtype) and returns its directory.
+Result<std::string> synthetic_dir(const std::string& preset, const SynthOverrides& o, std::string* label) {
+  auto spec = synth_preset(preset);
+  if (!spec.ok()) return spec.status();
+  WEFT_RETURN_IF_ERROR(synth_apply_overrides(&spec.value(), o));
+  WEFT_RETURN_IF_ERROR(synth_validate(spec.value()));
+  const std::string key = synth_config_json(spec.value()).dump() + "|seed=" + std::to_string(spec->seed) +
+                          "|dtype=" + dtype_name(spec->dtype);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)fnv1a(key));
+  const std::string dir = cache_root() + "/synth-" + hex;
+  *label = "synthetic " + preset;
+  if (o.layers > 0) *label += " --layers " + std::to_string(o.layers);
+  if (o.experts > 0) *label += " --experts " + std::to_string(o.experts);
+  if (o.vocab > 0) *label += " --vocab " + std::to_string(o.vocab);
+  if (o.hidden > 0) *label += " --hidden " + std::to_string(o.hidden);
+  if (!fs::exists(dir + "/config.json")) {
+    std::error_code ec;
+    fs::create_directories(cache_root(), ec);
+    std::fprintf(stderr, "weft: writing the synthetic model (%s) to %s\n", label->c_str(), dir.c_str());
+    SynthWriteOptions wo;
+    wo.force = true;
+    wo.progress = true;
+    WEFT_RETURN_IF_ERROR(synth_write(spec.value(), dir, wo));
+  } else {
+    std::fprintf(stderr, "weft: using the cached synthetic model %s\n", dir.c_str());
+  }
+  return dir;
+}
+
+Status write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+  if (!f) return Status::error("cannot write '" + path + "'");
+  return Status();
+}
+
+int run_bench_cmd(int argc, char** argv) {
+  CLI::App app("Paired decode curve: tok/s vs context depth per KV type, with the KV-share ceiling", "bench");
+  std::string model_dir, synthetic, ctx, arms = "f16,q8_0", out_dir;
+  SynthOverrides ov;
+  lab::BenchOptions o;
+  int repeats = -1, gen = -1;
+  int64_t bw_mib = 512;
+  app.add_option("-m,--model", model_dir, "model directory (HF format); default: the built-in model");
+  auto* syn = app.add_option("--synthetic", synthetic, "bench a random-weight model of a preset geometry (cached)");
+  syn->excludes(app.get_option("--model"));
+  app.add_option("--layers", ov.layers, "synthetic: layers (every 4th is full attention)");
+  app.add_option("--experts", ov.experts, "synthetic: routed experts");
+  app.add_option("--vocab", ov.vocab, "synthetic: vocabulary size");
+  app.add_option("--hidden", ov.hidden, "synthetic: hidden size");
+  app.add_option("--ctx", ctx, "ascending context depths, comma separated (32K allowed); default 512,1024,2048 "
+                               "for the built-in model, 4096,16384,32768 otherwise");
+  app.add_option("--arms", arms, "KV types to decode with, first = baseline (f16, q8_0, q4_0, f32)");
+  app.add_option("--repeats", repeats, "interleaved repeats per arm (default 3 built-in, 5 otherwise)")->check(CLI::PositiveNumber);
+  app.add_option("--gen", gen, "decoded tokens per timed run (default 16)")->check(CLI::PositiveNumber);
+  app.add_option("--threads", o.threads, "worker threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  app.add_option("--page-tokens", o.page_tokens, "KV page size in tokens")->check(CLI::PositiveNumber);
+  app.add_option("--kill-at", o.kill_at, "depth of the Step 0 verdict")->check(CLI::PositiveNumber);
+  app.add_option("--kill-below", o.kill_below, "Step 0: kill when the ceiling is under 1 + this")->check(CLI::NonNegativeNumber);
+  app.add_flag("--ceiling-only", o.ceiling_only, "Step 0: the f16 curve, projected ceilings and the kill verdict");
+  app.add_flag("--energy", o.energy, "joules per token inside the decode windows (RAPL / NVML when readable)");
+  app.add_option("--bandwidth-mib", bw_mib, "MiB per bandwidth-probe array (3 arrays)")->check(CLI::PositiveNumber);
+  app.add_option("--out", out_dir, "write results.json, report.md and bench.svg here");
+  bool json = false, quiet = false;
+  app.add_flag("--json", json, "print exactly one JSON object on stdout");
+  app.add_flag("-q,--quiet", quiet, "no progress lines on stderr");
+  if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
+  const bool synthetic_flags = ov.layers > 0 || ov.experts > 0 || ov.vocab > 0 || ov.hidden > 0;
+  if (synthetic_flags && synthetic.empty()) {
+    std::fprintf(stderr, "weft bench: --layers/--experts/--vocab/--hidden need --synthetic\n");
+    return 2;
+  }
+  const bool builtin = model_dir.empty() && synthetic.empty();
+  if (ctx.empty()) ctx = builtin ? "512,1024,2048" : "4096,16384,32768";
+  o.repeats = repeats > 0 ? repeats : (builtin ? 3 : 5);
+  o.gen = gen > 0 ? gen : 16;
+  o.bandwidth_bytes = size_t(bw_mib) << 20;
+  o.progress = !quiet;
+  auto depths = parse_depths(ctx);
+  if (!depths.ok()) { std::fprintf(stderr, "weft bench: %s\n", depths.status().message().c_str()); return 2; }
+  o.depths = depths.value();
+  o.arms.clear();
+  {
+    std::stringstream ss(arms);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      auto t = parse_kv_type(item);
+      if (!t.ok()) { std::fprintf(stderr, "weft bench: --arms: %s\n", t.status().message().c_str()); return 2; }
+      o.arms.push_back(t.value());
+    }
+  }
+
+  std::string label;
+  if (!synthetic.empty()) {
+    auto d = synthetic_dir(synthetic, ov, &label);
+    if (!d.ok()) return fail(d.status());
+    model_dir = d.value();
+  } else {
+    if (model_dir.empty()) {
+      auto d = default_model_dir();
+      if (!d.ok()) return fail(d.status());
+      model_dir = d.value();
+    }
+    label = fs::path(model_dir).lexically_normal().filename().string();
+    if (label.empty()) label = model_dir;
+  }
+  auto model = Model::load(model_dir);
+  if (!model.ok()) return fail(model.status());
+  auto result = lab::run_bench(*model.value(), label, o);
+  if (!result.ok()) return fail(result.status());
+  const lab::BenchResult& r = result.value();
+  const nlohmann::json j = lab::bench_json(r);
+  const std::string md = lab::bench_markdown(r);
+  if (!out_dir.empty()) {
+    std::error_code ec;
+    fs::create_directories(out_dir, ec);
+    for (auto [name, text] : {std::pair<const char*, std::string>{"results.json", j.dump(2) + "\n"},
+                              {"report.md", "# weft bench\n\n" + md},
+                              {"bench.svg", lab::bench_svg(r)}}) {
+      Status st = write_file(out_dir + "/" + name, text);
+      if (!st.ok()) return fail(st);
+    }
+  }
+  if (json) std::printf("%s\n", j.dump().c_str());
+  else std::printf("%s", md.c_str());
+  return 0;
+}
+
+const CommandRegistrar kRegister("bench", "paired decode curve vs context depth per KV type, with the KV-share ceiling",
+                                 run_bench_cmd);
+
+}  // namespace
+}  // namespace weft::cli

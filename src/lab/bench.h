@@ -1,0 +1,104 @@
+// The paired decode curve of `weft bench`: one real prefill stream snapshotted at ascending
+// depths, every KV arm decoding from the same snapshot in interleaved repeats, next to the byte
+// model of a decoded token and the ceiling a smaller KV type could reach.
+//
+// Byte model of one decoded token at context depth d (bytes read from memory, from the model's
+// real tensors via compute_footprint):
+//   W       = active weight bytes (projections, router, shared + top-k experts, lm_head, 1 embedding row)
+//   KV_t(d) = kv_bytes_per_token(t) · d      (every cached K and V row of the full-attention layers;
+//                                              the new token's own row write is 1/d of it, ignored)
+//   G       = 2 · gdn_state_bytes            (the GDN conv windows + delta-rule states, read and written)
+//   bytes_t(d)   = W + KV_t(d) + G
+//   kv_share(d)  = KV_f16(d) / bytes_f16(d)
+//   ceiling_t(d) = bytes_f16(d) / bytes_t(d) = 1 / (1 − kv_share·(1 − b_t/b_f16)),  b = KV bytes per token
+// (the speed-up of a decode that is purely memory bound and whose dequantization is free).
+//   roofline_frac = bytes_t(d) · tok/s / measured bandwidth.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "lab/bandwidth.h"
+#include "lab/stats.h"
+#include "model/footprint.h"
+#include "model/model.h"
+
+namespace weft::lab {
+
+struct BenchOptions {
+  std::vector<int64_t> depths;            // ascending, > 0
+  std::vector<DType> arms{DType::kF16, DType::kQ8_0};  // first arm is the baseline of the ratios
+  int repeats = 3;
+  int gen = 16;                           // decoded tokens per timed run
+  int threads = 0;                        // 0: all cores
+  int64_t page_tokens = 256;
+  int64_t prefill_batch = 128;
+  uint64_t seed = 0x5eed;                 // the prefill token stream
+  bool ceiling_only = false;              // Step 0: f16 curve + projected ceilings + verdict
+  int64_t kill_at = 32768;
+  double kill_below = 0.10;
+  bool energy = false;
+  size_t bandwidth_bytes = size_t(512) << 20;  // per probe array (3 arrays)
+  int bandwidth_trials = 5;
+  bool progress = true;                   // progress lines on stderr
+};
+
+struct ArmResult {
+  DType type = DType::kF16;
+  std::vector<double> tok_s;              // one per repeat, in repeat order
+  MedianInterval tok_s_ci;
+  std::vector<double> ratios;             // tok_s[r] / baseline tok_s[r] (paired per repeat)
+  MedianInterval ratio_ci;
+  uint64_t kv_bytes = 0;                  // KV_t(d) of the byte model
+  uint64_t bytes_per_token = 0;           // bytes_t(d)
+  double roofline_frac = 0;
+  uint64_t kv_resident = 0;               // KvCache::bytes_allocated() at depth, measured
+  double kv_resident_diff_pct = 0;        // (resident − kv_bytes) / kv_bytes · 100
+  std::vector<double> joules;             // per run (empty if no energy)
+};
+
+struct DepthResult {
+  int64_t ctx = 0;
+  int64_t prefill_tokens = 0;             // this segment (from the previous depth)
+  double prefill_s = 0;
+  double prefill_tok_s = 0;
+  double kv_share = 0;
+  std::vector<std::pair<DType, double>> ceilings;  // per quantized type
+  std::vector<ArmResult> arms;
+};
+
+struct BenchResult {
+  std::string model;                      // directory (and preset, for a synthetic model)
+  Footprint footprint;
+  uint64_t kv_bytes_per_token_f16 = 0;
+  int threads = 0;
+  BandwidthResult bandwidth;
+  BenchOptions options;
+  std::vector<DepthResult> depths;
+  double kill_ceiling = 0;                // ceiling of kill_type at kill_at (byte model)
+  DType kill_type = DType::kQ8_0;
+  std::string verdict;                    // only with ceiling_only
+  std::string energy_status;              // "rapl" / "nvml" / "unavailable: <reason>" / "off"
+  double wall_s = 0;
+};
+
+// 1 / (1 − kv_share·(1 − bytes_ratio)), bytes_ratio = KV bytes of the type / f16 KV bytes.
+double kv_ceiling(double kv_share, double bytes_ratio);
+// kv_share(d) of the byte model above.
+double kv_share_at(const Footprint& fp, uint64_t kv_f16_per_token, int64_t depth);
+// The Step 0 verdict for a ceiling at kill_at.
+std::string kill_verdict(double ceiling, int64_t kill_at, double kill_below);
+
+// Runs the bench. The model must stay alive for the call. Errors: bad options, unsupported KV types.
+Result<BenchResult> run_bench(const Model& model, const std::string& model_name, const BenchOptions& options);
+
+nlohmann::json bench_json(const BenchResult& r);
+std::string bench_markdown(const BenchResult& r);
+std::string bench_svg(const BenchResult& r);
+
+}  // namespace weft::lab
