@@ -162,8 +162,9 @@ Result<BenchResult> run_bench(const Model& model, const std::string& model_name,
       d.arms.push_back(ar);
     }
 
-    // Interleaved repeats A B A B ...: a drift in machine speed hits every arm alike.
-    for (int rep = 0; rep < opt.repeats; ++rep) {
+    // Interleaved repeats A B A B ...: a drift in machine speed hits every arm alike. Repeat -1
+    // is an untimed warm-up per arm (first touch of decode buffers, the arm's pages into cache).
+    for (int rep = -1; rep < opt.repeats; ++rep) {
       for (size_t a = 0; a < opt.arms.size(); ++a) {
         Session& s = *sessions[a];
         s.state().rewind(depth, snapshot);
@@ -175,6 +176,7 @@ Result<BenchResult> run_bench(const Model& model, const std::string& model_name,
           tok = argmax(logits.data(), V);  // greedy, fed back
         }
         const double secs = seconds_since(td);
+        if (rep < 0) { if (meter) meter->end(); continue; }
         if (meter) d.arms[a].joules.push_back(meter->end());
         d.arms[a].tok_s.push_back(double(opt.gen) / secs);
         if (opt.progress)
