@@ -8,6 +8,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_quant.h"
 #include "kernels/cpu/gdn.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
@@ -103,6 +104,8 @@ void attention_layer(const ModelConfig& c, const AttentionWeights& w, KvCache& k
   const KvLayerView view = kv.view(slot);
   if (view.k_type == DType::kF16 && view.v_type == DType::kF16) {
     attention_f16(view, args, pool);  // strict tier
+  } else if (attention_quant_supports(view)) {
+    attention_quant(view, args, pool);  // quantized KV tier
   } else {
     attention_reference(view, args, pool);
   }

@@ -1,0 +1,78 @@
+// Attention over a quantized KV cache (K and V each q8_0, q4_0 or f16; not both f16, which is
+// the frozen strict kernel's job). Same contract as attention_f16 (attention.h): decode (T == 1)
+// and prefill (T > 1, token t at position pos0 + t), causal, GQA.
+//
+// How it works (and why):
+//  * Work split: decode tasks are (kv head, chunk of kAttnChunk keys); prefill tasks are
+//    (query token, kv head) walking its keys chunk by chunk. Each chunk gives a partial softmax
+//    state (max, sum, accumulator); partials merge by log-sum-exp in chunk order. The split
+//    never depends on the thread count, so outputs are bit-identical for any pool size.
+//  * Every K and V row is fetched from the cache once per task and used for all query heads of
+//    its GQA group (up to 8 for Qwen3.5-35B-A3B): the group's heads are processed together.
+//  * Quantized K: the query is quantized once per call to q8 blocks (32 values: float scale,
+//    int8 values) and scores are integer dot products per block, scaled by d_q·d_k in float.
+//    The cache entries themselves are never re-quantized (they were encoded at append).
+//  * f16 K (with quantized V): rows are widened to f32 and dotted with FMA.
+//  * V: rows are dequantized once into a small f32 tile, then p·v is accumulated for all heads
+//    of the group in float, register-blocked.
+//  * The AVX2 kernels and their scalar twins use the same lane structure and summation order,
+//    so the two paths give bit-identical results (tested).
+//
+// Error bounds (outputs normalised by max|v|; measured by tests/attention_quant_test.cpp with
+// N(0,1) inputs, scale head_dim^-0.5, contexts up to 1300):
+//  * kernel error, vs a float64 reference on the *dequantized* cache rows (so quantization of
+//    the cache is excluded): f16 K: < 1e-5; q8_0/q4_0 K: < 2e-2 (this includes quantizing the
+//    query to q8, about 0.4% per element relative to the block's max).
+//  * cache quantization error, vs float64 on the original values: K q8_0: < 3e-2,
+//    K q4_0: < 2e-1, V q8_0: < 2e-2, V q4_0: < 1.5e-1 (q4_0 is a coarse tier).
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/kv_view.h"
+
+namespace weft {
+
+class ThreadPool;
+
+// True when attention_quant handles this layer: K, V in {q8_0, q4_0, f16}, not both f16,
+// head_dim a multiple of 32.
+bool attention_quant_supports(const KvLayerView& kv);
+
+// Chooses the AVX2 kernels when weft::use_avx2(), else the scalar twins.
+void attention_quant(const KvLayerView& kv, const AttentionArgs& args, ThreadPool* pool);
+// The scalar reference twin (always compiled; for tests).
+void attention_quant_scalar(const KvLayerView& kv, const AttentionArgs& args, ThreadPool* pool);
+
+// ---- Internals shared by attention_quant.cpp and attention_quant_avx2.cpp ----
+
+// One query block: 32 values quantized to int8 with a float scale. lane_sum8[k] holds
+// 8 · (q[4k] + q[4k+1] + q[4k+2] + q[4k+3]): the offset correction of q4_0 keys (stored 0..15
+// for values −8..7) in the per-lane form of the integer dot product.
+struct AttnQBlock {
+  float d;
+  int32_t lane_sum8[8];
+  int8_t qs[32];
+};
+
+// Vector primitives; a scalar set and an AVX2 set with identical arithmetic.
+struct AttnQuantOps {
+  // s[i] = Σ_blocks d_q·d_k·(integer dot of block) for heads i < group; q is [group][nb].
+  // Per block the int32 lanes hold 4 consecutive products each; lanes are accumulated in float
+  // (fma) across blocks and reduced pairwise at the end: (0+4)+(2+6) + (1+5)+(3+7).
+  void (*scores_q8)(const uint8_t* k_row, const AttnQBlock* q, int64_t group, int64_t nb, float* s);
+  void (*scores_q4)(const uint8_t* k_row, const AttnQBlock* q, int64_t group, int64_t nb, float* s);
+  // Decodes n values of a row in `type` (f16, q8_0, q4_0) to f32.
+  void (*load_row)(DType type, const uint8_t* row, float* dst, int64_t n);
+  // 8-lane FMA dot product, pairwise lane reduction (same order as attention_f16's).
+  float (*dot)(const float* a, const float* b, int64_t n);
+  // acc[i][d] += Σ_j p[i·p_stride + j] · v[j][d] for j < n (in j order), i < group, d < hd.
+  void (*accumulate_v)(const float* v, int64_t n, const float* p, int64_t p_stride, int64_t group,
+                       int64_t hd, float* acc);
+};
+
+const AttnQuantOps& attn_quant_ops_avx2();
+
+}  // namespace weft
