@@ -56,7 +56,13 @@ Result<std::vector<int32_t>> parse_ids(const std::string& text, const std::strin
                              text[j] == '\t' || text[j] == '\r');
     if (!ok || j - digits > 10) {
       size_t end = text.find_first_of(" ,\n\t\r", i);
-      return Status::error(source + ": '" + text.substr(i, std::min<size_t>(end - i, 32)) +
+      std::string shown;  // binary junk is shown escaped: a NUL would cut the message short
+      for (char b : text.substr(i, std::min<size_t>(end - i, 32))) {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "\\x%02x", unsigned(uint8_t(b)));
+        shown += (b >= 0x20 && b < 0x7f) ? std::string(1, b) : std::string(hex);
+      }
+      return Status::error(source + ": '" + shown +
                            "' is not a token id (ids are integers separated by whitespace or commas)");
     }
     long long v = std::stoll(text.substr(i, j - i));

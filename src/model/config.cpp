@@ -35,6 +35,19 @@ double get_double(const json& j, const char* key, double fallback) {
   return (it != j.end() && it->is_number()) ? it->get<double>() : fallback;
 }
 
+// A string field; absent or null gives the fallback, any other type is an error (json::value
+// would throw).
+Status get_string(const json& j, const char* key, const std::string& fallback, std::string* out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    *out = fallback;
+    return Status();
+  }
+  if (!it->is_string()) return Status::error(std::string("config.json: '") + key + "' is not a string");
+  *out = it->get<std::string>();
+  return Status();
+}
+
 bool get_bool(const json& j, const char* key, bool fallback) {
   auto it = j.find(key);
   return (it != j.end() && it->is_boolean()) ? it->get<bool>() : fallback;
@@ -62,7 +75,8 @@ Result<ModelConfig> parse_model_config(const json& root, const json& generation_
   if (!root.is_object()) return Status::error("config.json: not a JSON object");
   ModelConfig c;
   const json* text = &root;
-  std::string outer_type = root.value("model_type", "");
+  std::string outer_type;
+  WEFT_RETURN_IF_ERROR(get_string(root, "model_type", "", &outer_type));
   c.tensor_prefix = "model.";
   if (root.contains("text_config")) {
     // Multimodal wrappers (qwen3_5, qwen3_5_moe): the text model lives under
@@ -72,7 +86,7 @@ Result<ModelConfig> parse_model_config(const json& root, const json& generation_
     c.tensor_prefix = "model.language_model.";
   }
   const json& t = *text;
-  c.model_type = t.value("model_type", outer_type);
+  WEFT_RETURN_IF_ERROR(get_string(t, "model_type", outer_type, &c.model_type));
   if (c.model_type == "qwen3_5") c.model_type = "qwen3_5_text";
   if (c.model_type == "qwen3_5_moe") c.model_type = "qwen3_5_moe_text";
   if (!kSupportedTypes.count(c.model_type))
@@ -108,7 +122,9 @@ Result<ModelConfig> parse_model_config(const json& root, const json& generation_
   if (!(partial > 0 && partial <= 1)) return Status::error("config.json: partial_rotary_factor out of (0, 1]");
   c.rotary_dim = int64_t(double(c.head_dim) * partial);
   if (c.rotary_dim % 2 != 0) return Status::error("config.json: rotary dimension must be even");
-  std::string rope_type = rope.value("rope_type", rope.value("type", std::string("default")));
+  std::string rope_type;
+  WEFT_RETURN_IF_ERROR(get_string(rope, "type", "default", &rope_type));
+  WEFT_RETURN_IF_ERROR(get_string(rope, "rope_type", rope_type, &rope_type));
   if (rope_type == "llama3") {
     c.rope_llama3_factor = get_double(rope, "factor", 8.0);
     c.rope_llama3_low_freq = get_double(rope, "low_freq_factor", 1.0);
