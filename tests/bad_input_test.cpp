@@ -473,7 +473,6 @@ TEST_F(BadInputTest, Flags) {
   expect_cli_fails("no command", "", 2, "usage");
   expect_cli_fails("logits without --ids-file", "logits -m " + m + " -o " + dir_ + "/o", 2, "ids-file");
   expect_cli_fails("logits without -o", "logits -m " + m + " --ids-file " + ids_, 2, "out");
-  expect_cli_fails("threads not a number", logits + " --threads abc", 2, "threads");
   expect_cli_fails("batch 0", logits + " --batch 0", 2, "batch");
   expect_cli_fails("batch -3", logits + " --batch -3", 2, "batch");
   expect_cli_fails("n negative", generate.substr(0, generate.size() - 5) + " -n -5", 2, "n-tokens");
@@ -482,6 +481,10 @@ TEST_F(BadInputTest, Flags) {
   expect_cli_fails("prompt without tokenizer", "generate -m " + m + " --prompt hi -n 2", 1, "tokenizer.json");
   expect_cli_fails("info bad ctx", "info -m " + m + " --ctx 12,abc", 1, "abc");
   expect_cli_fails("info ctx 0", "info -m " + m + " --ctx 0", 1, "positive");
+  for (const std::string& n : {"100000", "-1", "abc"}) {  // 100000 used to abort spawning threads
+    expect_cli_fails("logits --threads " + n, logits + " --threads " + n, 2, "threads");
+    expect_cli_fails("generate --threads " + n, generate + " --threads " + n, 2, "threads");
+  }
   for (const std::string& flag : {"--kv", "--kv-k", "--kv-v", "-ctk", "-ctv"}) {
     expect_cli_fails("logits " + flag + " q3_k", logits + " " + flag + " q3_k", 1, "unknown KV cache type 'q3_k'");
     expect_cli_fails("generate " + flag + " q3_k", generate + " " + flag + " q3_k", 1, "unknown KV cache type");
@@ -576,6 +579,49 @@ TEST_F(BadInputTest, FuzzHeaderBytesAndTruncation) {
     EXPECT_FALSE(Model::load(d).ok()) << "a truncated file loaded: " << len << " bytes";
   }
   std::printf("[ fuzz ] 300 corruptions: %d loaded, %d refused\n", loaded, failed);
+}
+
+// Hostile values in config.json fields: refused, or loaded and then able to run a token.
+TEST_F(BadInputTest, FuzzConfigValues) {
+  const json base = json::parse(read_bytes(fixture_dir("qwen35_dense") + "/config.json"));
+  std::vector<std::string> keys;
+  for (auto it = base.begin(); it != base.end(); ++it) keys.push_back(it.key());
+  const std::vector<std::string> rope_keys = {"rope_theta", "partial_rotary_factor", "rope_type", "factor"};
+  const std::vector<json> values = {json(0),   json(1),     json(2),       json(-1),   json(3),
+                                    json(7),   json(64),    json(1 << 30), json(1e300), json(0.5),
+                                    json(1e-30), json(-0.0), json("x"),    json(nullptr), json::array(),
+                                    json::object(), json(true), json("llama3"), json(~0ull), json(1ll << 62)};
+  const std::string d = model_with(dense_);
+  std::mt19937_64 rng(99);
+  int loaded = 0;
+  for (int iter = 0; iter < 300; ++iter) {
+    json c = base;
+    std::string what;
+    for (int k = 0; k < 1 + int(rng() % 2); ++k) {
+      const json& v = values[rng() % values.size()];
+      if (rng() % 4 == 0) {
+        const std::string& key = rope_keys[rng() % rope_keys.size()];
+        c["rope_parameters"][key] = v;
+        what += " rope_parameters." + key + "=" + v.dump();
+      } else {
+        const std::string& key = keys[rng() % keys.size()];
+        c[key] = v;
+        what += " " + key + "=" + v.dump();
+      }
+    }
+    write_bytes(d + "/config.json", c.dump());
+    auto model = Model::load(d);
+    if (!model.ok()) continue;
+    ++loaded;
+    SessionOptions so;
+    so.threads = 1;
+    Session s(*model.value(), so);
+    std::vector<float> logits(size_t(model.value()->config().vocab_size));
+    const int32_t ids[3] = {0, 1, 2};
+    EXPECT_TRUE(s.feed(ids, 3, nullptr, logits.data()).ok()) << what;
+    EXPECT_TRUE(s.step(3, logits.data()).ok()) << what;
+  }
+  std::printf("[ config fuzz ] 300 edits: %d loaded and ran\n", loaded);
 }
 
 // The same through the binary, for a handful: exit 0 or 1, never a signal.

@@ -39,7 +39,7 @@ int run_generate(int argc, char** argv) {
   app.add_option("--top-p", so.top_p, "nucleus sampling mass (1 = off)")->check(CLI::Range(0.0, 1.0));
   app.add_option("--min-p", so.min_p, "drop tokens below min_p x p(top) (0 = off)")->check(CLI::Range(0.0, 1.0));
   app.add_option("--seed", so.seed, "sampling seed");
-  app.add_option("--threads", threads, "worker threads (0 = all cores)");
+  app.add_option("--threads", threads, "worker threads (0 = all cores)")->check(CLI::Range(0, 1024));
   app.add_flag("--ignore-eos", no_stop, "keep generating past end-of-sequence tokens");
   app.add_flag("--json", json, "print one JSON object: tokens, prefill_tok_s, decode_tok_s, text");
   kv.add(app);

@@ -19,7 +19,8 @@ int run_logits(int argc, char** argv) {
   app.add_option("-m,--model", model_dir, "model directory (HF format); default: the built-in model");
   app.add_option("--ids-file", ids_file, "token ids separated by whitespace or commas")->required();
   app.add_option("-o,--out", out_path, "output .safetensors (tensor 'logits' f32 [T, V])")->required();
-  app.add_option("--threads", threads, "worker threads (0 = all cores); results do not depend on it");
+  app.add_option("--threads", threads, "worker threads (0 = all cores); results do not depend on it")
+      ->check(CLI::Range(0, 1024));
   app.add_option("--batch", batch, "tokens per forward call")->check(CLI::PositiveNumber);
   kv.add(app);
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
