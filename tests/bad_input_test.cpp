@@ -401,6 +401,15 @@ TEST_F(BadInputTest, ShardedIndex) {
     idx["weight_map"][some_tensor] = bad_name;
     expect_logits_fails("shard name " + bad_name.dump(), with_index(idx), "");
   }
+  {  // the same tensors in two shards
+    const std::string d = model_with(dense_);
+    fs::copy_file(d + "/model.safetensors", d + "/a.safetensors");
+    fs::rename(d + "/model.safetensors", d + "/b.safetensors");
+    json idx = {{"weight_map", {{"model.norm.weight", "a.safetensors"}, {"lm_head.weight", "b.safetensors"}}}};
+    write_bytes(d + "/model.safetensors.index.json", idx.dump());
+    expect_load_fails("tensor in two shards", d, "appears in more than one shard");
+    expect_logits_fails("tensor in two shards", d, "more than one shard");
+  }
   {
     json idx = index;
     idx.erase("weight_map");
@@ -636,9 +645,14 @@ TEST_F(BadInputTest, FuzzThroughTheBinary) {
     } else {
       for (int k = 0; k < 3; ++k) bytes[size_t(rng() % (8 + header_len))] = char(uint8_t(rng()));
     }
-    CliResult r = run_weft("logits -m " + model_with(bytes) + " --ids-file " + ids_ + " -o " + dir_ + "/o.safetensors");
-    EXPECT_TRUE(r.rc == 0 || r.rc == 1) << "iteration " << iter << ": exit " << r.rc << "\n" << r.out;
-    if (r.rc == 1) EXPECT_NE(r.out.find("weft: "), std::string::npos) << r.out;
+    const std::string m = model_with(bytes);
+    for (const std::string& args : {"logits -m " + m + " --ids-file " + ids_ + " -o " + dir_ + "/o.safetensors",
+                                    "info -m " + m}) {
+      CliResult r = run_weft(args);
+      EXPECT_TRUE(r.rc == 0 || r.rc == 1) << "iteration " << iter << ": `weft " << args << "` exit " << r.rc << "\n"
+                                          << r.out;
+      if (r.rc == 1) EXPECT_NE(r.out.find("weft: "), std::string::npos) << r.out;
+    }
   }
 }
 
