@@ -205,6 +205,7 @@ nlohmann::json bench_json(const BenchResult& r) {
   nlohmann::json j;
   j["bandwidth_gb_s"] = r.bandwidth.gb_s;
   j["bandwidth"] = {{"copy_gb_s", r.bandwidth.copy_gb_s}, {"triad_gb_s", r.bandwidth.triad_gb_s},
+                    {"read_gb_s", r.bandwidth.read_gb_s},
                     {"buffer_bytes", r.bandwidth.buffer_bytes}, {"trials", r.bandwidth.trials},
                     {"threads", r.bandwidth.threads}};
   j["model"] = r.model;
@@ -271,10 +272,11 @@ std::string bench_markdown(const BenchResult& r) {
                 "model: %s; %d threads; %d repeats x %d decoded tokens per arm\n"
                 "byte model per decoded token: weights %s + KV(d) + GDN state %s (read+write); "
                 "KV f16 %llu B/token\n"
-                "bandwidth (in-process probe, best of %d): copy %.2f GB/s, triad %.2f GB/s -> %.2f GB/s\n\n",
+                "bandwidth (in-process probe, best of %d): copy %.2f GB/s, triad %.2f GB/s, read %.2f GB/s -> %.2f GB/s\n\n",
                 r.model.c_str(), r.threads, r.options.repeats, r.options.gen, mib(double(fp.active_weight_bytes)).c_str(),
                 mib(2.0 * double(fp.gdn_state_bytes)).c_str(), (unsigned long long)r.kv_bytes_per_token_f16,
-                r.bandwidth.trials, r.bandwidth.copy_gb_s, r.bandwidth.triad_gb_s, r.bandwidth.gb_s);
+                r.bandwidth.trials, r.bandwidth.copy_gb_s, r.bandwidth.triad_gb_s, r.bandwidth.read_gb_s,
+                r.bandwidth.gb_s);
   s += buf;
   s += "| ctx | prefill tokens | prefill tok/s | kv share (f16) |";
   std::vector<DType> qt;
