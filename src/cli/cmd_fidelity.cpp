@@ -61,7 +61,10 @@ int run_fidelity_cmd(int argc, char** argv) {
   auto* text_opt = app.add_option("--text", text_file, "UTF-8 text, tokenized with the model's tokenizer.json");
   auto* ids_opt = app.add_option("--ids-file", ids_file, "token ids separated by whitespace or commas");
   text_opt->excludes(ids_opt);
-  app.add_option("--arms", arms_csv, "comma-separated KV types, the first is the reference, e.g. f16,q8_0,q4_0")
+  app.add_option("--arms", arms_csv,
+                 "comma-separated KV types, the first is the reference, e.g. f16,q8_0,q4_0; K/V pairs such as "
+                 "q8_0/f16; a \"+rot\" suffix (q4_0+rot, q4_0/q4_0+rot) turns on the Hadamard rotation of "
+                 "--kv-rotate for that arm")
       ->required();
   app.add_option("--ctx", ctx, "tokens to feed (the first N); default all, capped by max_position_embeddings")
       ->check(CLI::NonNegativeNumber);

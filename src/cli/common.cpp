@@ -94,6 +94,10 @@ void KvFlags::add(CLI::App& app) {
   app.add_option("--kv", kv, "KV cache type for K and V: f16 (strict default), q8_0, q4_0, f32");
   app.add_option("--kv-k,--ctk", kv_k, "KV cache type for K only (alias -ctk)");
   app.add_option("--kv-v,--ctv", kv_v, "KV cache type for V only (alias -ctv)");
+  app.add_flag("--kv-rotate", rotate,
+               "Hadamard-rotate the heads stored in a quantized (q8_0/q4_0) K or V cache; off by default, "
+               "never applied to f16/f32. Verdict: VERDICT_PLACEHOLDER "
+               "(docs/results-fidelity.md, \"Hadamard rotation\")");
 }
 
 Result<KvOptions> KvFlags::resolve() const {
@@ -113,6 +117,10 @@ Result<KvOptions> KvFlags::resolve() const {
     if (!t.ok()) return t.status();
     o.v_type = t.value();
   }
+  o.rotate = rotate;
+  if (rotate && !o.rotates_k() && !o.rotates_v())
+    return Status::error("--kv-rotate applies only to a quantized KV cache (q8_0 or q4_0), e.g. --kv q4_0 --kv-rotate; "
+                         "the f16/f32 caches are never rotated");
   return o;
 }
 

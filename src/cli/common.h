@@ -30,9 +30,11 @@ Result<std::vector<int32_t>> parse_ids(const std::string& text, const std::strin
 // "f16", "q8_0", "q4_0", "f32" -> DType. Error lists the accepted names.
 Result<DType> parse_kv_type(const std::string& name);
 
-// Adds --kv / --kv-k / --kv-v (aliases -ctk / -ctv) to a command and resolves them.
+// Adds --kv / --kv-k / --kv-v (aliases -ctk / -ctv) and --kv-rotate to a command and resolves
+// them. --kv-rotate without a quantized K or V type is an error rather than a silent no-op.
 struct KvFlags {
   std::string kv, kv_k, kv_v;
+  bool rotate = false;
   void add(CLI::App& app);
   Result<KvOptions> resolve() const;
 };

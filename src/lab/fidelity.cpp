@@ -9,6 +9,7 @@
 
 #include "cache/kv_cache.h"
 #include "engine/session.h"
+#include "kernels/cpu/hadamard.h"
 #include "lab/stats.h"
 #include "lab/svg_plot.h"
 
@@ -58,19 +59,33 @@ nlohmann::json summary_json(const FidelitySummary& s) {
           {"dp_abs_p99", s.dp_abs_p99}};
 }
 
+// "+rot" on an arm without a quantized type would silently equal the plain arm: refuse it.
+Result<FidelityArm> check_rotation(const FidelityArm& arm) {
+  if (arm.kv.rotate && !arm.kv.rotates_k() && !arm.kv.rotates_v())
+    return Status::error("arm '" + arm.name + "': +rot (Hadamard rotation) applies only to q8_0/q4_0 K or V; "
+                         "f16/f32 caches are never rotated");
+  return arm;
+}
+
 }  // namespace
 
 Result<FidelityArm> parse_fidelity_arm(const std::string& raw) {
-  const std::string spec = trim(raw);
+  std::string spec = trim(raw);
   if (spec.empty()) return Status::error("empty arm name in --arms");
   FidelityArm arm;
   arm.name = spec;
+  // "q4_0+rot", "q4_0/q4_0+rot": the KV types with the Hadamard rotation on (--kv-rotate).
+  const std::string kRot = "+rot";
+  if (spec.size() > kRot.size() && spec.compare(spec.size() - kRot.size(), kRot.size(), kRot) == 0) {
+    spec.resize(spec.size() - kRot.size());
+    arm.kv.rotate = true;
+  }
   const size_t slash = spec.find('/');
   if (slash == std::string::npos) {
     auto t = parse_type(spec);
     if (!t.ok()) return Status::error("arm '" + spec + "': " + t.status().message());
     arm.kv.k_type = arm.kv.v_type = t.value();
-    return arm;
+    return check_rotation(arm);
   }
   auto k = parse_type(spec.substr(0, slash));
   if (!k.ok()) return Status::error("arm '" + spec + "' (K type): " + k.status().message());
@@ -78,7 +93,7 @@ Result<FidelityArm> parse_fidelity_arm(const std::string& raw) {
   if (!v.ok()) return Status::error("arm '" + spec + "' (V type): " + v.status().message());
   arm.kv.k_type = k.value();
   arm.kv.v_type = v.value();
-  return arm;
+  return check_rotation(arm);
 }
 
 Result<std::vector<FidelityArm>> parse_fidelity_arms(const std::string& csv) {
@@ -108,6 +123,10 @@ Status check_arms_supported(const std::vector<FidelityArm>& arms, const ModelCon
                              " stores blocks of 32 values along head_dim, so it needs head_dim divisible by 32; "
                              "this model's head_dim is " + std::to_string(config.head_dim) +
                              " (use f16 or f32 arms for it)");
+  for (const FidelityArm& a : arms)
+    if ((a.kv.rotates_k() || a.kv.rotates_v()) && !fwht_size_ok(config.head_dim))
+      return Status::error("arm '" + a.name + "': +rot (Walsh-Hadamard rotation) needs head_dim to be a power of two; "
+                           "this model's head_dim is " + std::to_string(config.head_dim));
   return Status();
 }
 
@@ -266,6 +285,7 @@ nlohmann::json fidelity_json(const FidelityResult& r, const std::string& model) 
     nlohmann::json j = summary_json(a.overall);
     j["k_type"] = dtype_name(a.arm.kv.k_type);
     j["v_type"] = dtype_name(a.arm.kv.v_type);
+    j["rotate"] = a.arm.kv.rotate;
     nlohmann::json buckets = nlohmann::json::array();
     for (const BucketSummary& b : a.buckets) {
       nlohmann::json bj = summary_json(b.stats);

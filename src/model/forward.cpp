@@ -10,6 +10,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_quant.h"
 #include "kernels/cpu/gdn.h"
+#include "kernels/cpu/hadamard.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/vec_convert.h"
@@ -54,8 +55,10 @@ void rope_inv_freq(const ModelConfig& c, std::vector<float>* out) {
 }
 
 // Gated full attention (Qwen3_5Attention.forward) or plain GQA attention (Llama/Qwen3).
+// rot_k / rot_v: KvOptions::rotates_k / rotates_v (quantized tier only, off by default).
 void attention_layer(const ModelConfig& c, const AttentionWeights& w, KvCache& kv, int64_t slot,
-                     int64_t pos0, const float* xn, int64_t T, float* y, ForwardBuffers& B, ThreadPool* pool) {
+                     int64_t pos0, const float* xn, int64_t T, float* y, ForwardBuffers& B, ThreadPool* pool,
+                     bool rot_k = false, bool rot_v = false) {
   const int64_t nh = c.num_attention_heads, nkv = c.num_key_value_heads, hd = c.head_dim;
   const int64_t q_rows = w.q_proj.rows, half = c.rotary_dim / 2;
   float* qg = sized(B.a, T * q_rows);
@@ -92,6 +95,14 @@ void attention_layer(const ModelConfig& c, const AttentionWeights& w, KvCache& k
       rope_rotate_half(kh, cs, sn, c.rotary_dim);
     }
   }
+  // --kv-rotate: q·k = (Hq)·(Hk), so rotating both leaves the scores unchanged while the cache
+  // quantizes H·k, whose outliers are spread over the whole head; V is stored as H·v and the
+  // output rotated back below. Off (the default, and always for f16/f32) nothing here runs.
+  if (rot_k) {
+    fwht_rows(q, T * nh, hd);
+    fwht_rows(k, T * nkv, hd);
+  }
+  if (rot_v) fwht_rows(v, T * nkv, hd);
   // Cache write (K after RoPE), then attention over the cache.
   kv.append(slot, k, v, T);
   AttentionArgs args;
@@ -109,6 +120,7 @@ void attention_layer(const ModelConfig& c, const AttentionWeights& w, KvCache& k
   } else {
     attention_reference(view, args, pool);
   }
+  if (rot_v) fwht_rows(att, T * nh, hd);  // o = H·Σ p·(H v) = Σ p·v
   if (c.attn_output_gate)
     for (int64_t i = 0; i < T * nh * hd; ++i) att[i] *= sigmoidf(gate[i]);
   linear(w.o_proj, att, T, y, pool);
@@ -273,6 +285,9 @@ Status forward(const Model& model, ModelState& state, const int32_t* ids, int64_
       return Status::error("token id " + std::to_string(ids[t]) + " at index " + std::to_string(t) +
                            " is outside the vocabulary [0, " + std::to_string(V) + ")");
   if (T <= 0) return Status();
+  if ((state.kv_options().rotates_k() || state.kv_options().rotates_v()) && !fwht_size_ok(c.head_dim))
+    return Status::error("--kv-rotate needs head_dim to be a power of two (Walsh-Hadamard transform); this model's "
+                         "head_dim is " + std::to_string(c.head_dim) + " (run without --kv-rotate)");
 
   // RoPE tables for these positions: angle = position · inv_freq in float32, as transformers.
   if (B.inv_freq.empty()) rope_inv_freq(c, &B.inv_freq);
@@ -301,7 +316,8 @@ Status forward(const Model& model, ModelState& state, const int32_t* ids, int64_
     for (int64_t t = 0; t < T; ++t)
       rmsnorm(x + t * H, L.input_layernorm.data(), xn + t * H, H, float(c.rms_norm_eps), c.norm_plus_one);
     if (L.kind == LayerKind::kFullAttention) {
-      attention_layer(c, L.attn, state.kv(), state.slot(l), pos0, xn, T, y, B, pool);
+      attention_layer(c, L.attn, state.kv(), state.slot(l), pos0, xn, T, y, B, pool,
+                      state.kv_options().rotates_k(), state.kv_options().rotates_v());
     } else {
       gdn_layer(c, L.gdn, state.recurrent().layer(state.slot(l)), xn, T, y, B, pool);
     }

@@ -1,4 +1,7 @@
+// ModelState: the KV cache and GDN state of one sequence (see state.h).
 #include "model/state.h"
+
+#include "kernels/cpu/hadamard.h"
 
 namespace weft {
 
@@ -25,7 +28,7 @@ RecurrentStateSpec recurrent_state_spec(const ModelConfig& c) {
 }
 
 ModelState::ModelState(const ModelConfig& c, const KvOptions& kv)
-    : kv_(kv_cache_spec(c, kv)), recurrent_(recurrent_state_spec(c)) {
+    : kv_options_(kv), kv_(kv_cache_spec(c, kv)), recurrent_(recurrent_state_spec(c)) {
   int64_t n_full = 0, n_lin = 0;
   for (LayerKind k : c.layer_kinds) slot_.push_back(k == LayerKind::kFullAttention ? n_full++ : n_lin++);
 }
@@ -37,7 +40,30 @@ void ModelState::reset() {
 }
 
 void ModelState::assign_from(const ModelState& src) {
-  kv_.assign_from(src.kv_);
+  // A head_dim fwht cannot take is refused by forward() before any rotated row exists.
+  const bool size_ok = fwht_size_ok(kv_.spec().head_dim);
+  const bool flip_k = size_ok && kv_options_.rotates_k() != src.kv_options_.rotates_k();
+  const bool flip_v = size_ok && kv_options_.rotates_v() != src.kv_options_.rotates_v();
+  if (!flip_k && !flip_v) {
+    kv_.assign_from(src.kv_);
+  } else {
+    // The rows are in the other basis: go through an f32 copy (exact for f16/f32 sources), apply
+    // H where the rotation differs (H = H⁻¹ both ways), then encode once into this cache's types.
+    KvCacheSpec spec = src.kv_.spec();
+    spec.k_type = spec.v_type = DType::kF32;
+    KvCache tmp(spec);
+    tmp.assign_from(src.kv_);
+    for (int64_t l = 0; l < spec.n_layers; ++l) {
+      const KvLayerView view = tmp.view(l);
+      for (int64_t h = 0; h < spec.n_kv_heads; ++h)
+        for (int64_t p = 0; p < view.length; ++p) {
+          // tmp is ours; the view is read-only only because kernels must not write through it.
+          if (flip_k) fwht(reinterpret_cast<float*>(const_cast<uint8_t*>(view.k_row(h, p))), spec.head_dim);
+          if (flip_v) fwht(reinterpret_cast<float*>(const_cast<uint8_t*>(view.v_row(h, p))), spec.head_dim);
+        }
+    }
+    kv_.assign_from(tmp);
+  }
   recurrent_.assign_from(src.recurrent_);
   position_ = src.position_;
 }

@@ -15,6 +15,12 @@ struct KvOptions {
   DType k_type = DType::kF16;  // strict default
   DType v_type = DType::kF16;
   int64_t page_tokens = 256;
+  // Opt-in Hadamard rotation of the quantized tier (--kv-rotate): a quantized K cache stores H·k
+  // (and queries are rotated alike), a quantized V cache stores H·v (and the attention output is
+  // rotated back). f16/f32 caches never rotate, so the strict tier is untouched by this flag.
+  bool rotate = false;
+  bool rotates_k() const { return rotate && (k_type == DType::kQ8_0 || k_type == DType::kQ4_0); }
+  bool rotates_v() const { return rotate && (v_type == DType::kQ8_0 || v_type == DType::kQ4_0); }
 };
 
 class ModelState {
@@ -26,7 +32,8 @@ class ModelState {
   // Back to the empty sequence.
   void reset();
   // Becomes a copy of src: its KV rows re-encoded into this state's cache types (see
-  // KvCache::assign_from), its GDN state and its position.
+  // KvCache::assign_from), its GDN state and its position. Rows are rotated or un-rotated when
+  // the two states differ in KvOptions::rotates_k / rotates_v.
   void assign_from(const ModelState& src);
   // Rewinds to `position` (<= position()): drops KV rows from there on and sets the GDN state to
   // `recurrent`, which must be the state saved at that position. O(GDN state), not O(context).
@@ -36,10 +43,12 @@ class ModelState {
   const KvCache& kv() const { return kv_; }
   RecurrentState& recurrent() { return recurrent_; }
   const RecurrentState& recurrent() const { return recurrent_; }
+  const KvOptions& kv_options() const { return kv_options_; }
   // Index of model layer i inside the KV cache (full attention) or recurrent state (GDN).
   int64_t slot(int64_t layer) const { return slot_[size_t(layer)]; }
 
  private:
+  KvOptions kv_options_;
   KvCache kv_;
   RecurrentState recurrent_;
   std::vector<int64_t> slot_;
