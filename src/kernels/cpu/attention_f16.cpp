@@ -37,7 +37,21 @@ void axpy_scalar(float alpha, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = std::fma(alpha, x[i], y[i]);
 }
 
-const AttnF16Ops kScalarOps = {load_f16_scalar, dot_scalar, axpy_scalar};
+void scores_scalar(const float* q, int64_t group, const float* row, int64_t hd, float scale, float* s,
+                   int64_t s_stride) {
+  for (int64_t i = 0; i < group; ++i) s[i * s_stride] = dot_scalar(q + i * hd, row, hd) * scale;
+}
+
+void accumulate_v_scalar(const uint16_t* const* rows, int64_t n, const float* p, int64_t p_stride, int64_t group,
+                         int64_t hd, float* acc) {
+  std::vector<float> row(static_cast<size_t>(hd));
+  for (int64_t j = 0; j < n; ++j) {
+    load_f16_scalar(rows[j], row.data(), hd);
+    for (int64_t i = 0; i < group; ++i) axpy_scalar(p[i * p_stride + j], row.data(), acc + i * hd, hd);
+  }
+}
+
+const AttnF16Ops kScalarOps = {load_f16_scalar, dot_scalar, axpy_scalar, scores_scalar, accumulate_v_scalar};
 
 const AttnF16Ops& ops() {
   static const AttnF16Ops& chosen = use_avx2() ? attn_f16_ops_avx2() : kScalarOps;
@@ -60,7 +74,7 @@ void chunk_partial(const KvLayerView& kv, int64_t g, int64_t k0, int64_t k1, con
   float* s = scratch + hd;           // [group][n]
   for (int64_t j = 0; j < n; ++j) {
     o.load_row(reinterpret_cast<const uint16_t*>(kv.k_row(g, k0 + j)), row, hd);
-    for (int64_t i = 0; i < group; ++i) s[i * n + j] = o.dot(q + i * hd, row, hd) * scale;
+    o.scores(q, group, row, hd, scale, s + j, n);
   }
   for (int64_t i = 0; i < group; ++i) {
     float m = s[i * n];
@@ -74,10 +88,9 @@ void chunk_partial(const KvLayerView& kv, int64_t g, int64_t k0, int64_t k1, con
     out.l[i] = l;
   }
   std::fill(out.acc, out.acc + group * hd, 0.0f);
-  for (int64_t j = 0; j < n; ++j) {
-    o.load_row(reinterpret_cast<const uint16_t*>(kv.v_row(g, k0 + j)), row, hd);
-    for (int64_t i = 0; i < group; ++i) o.axpy(s[i * n + j], row, out.acc + i * hd, hd);
-  }
+  const uint16_t* v_rows[kAttnChunk];
+  for (int64_t j = 0; j < n; ++j) v_rows[j] = reinterpret_cast<const uint16_t*>(kv.v_row(g, k0 + j));
+  o.accumulate_v(v_rows, n, s, n, group, hd, out.acc);
 }
 
 // Merges partial (m2, l2, acc2) into the running state (m1, l1, acc1) of one head.
@@ -104,12 +117,18 @@ void attention_f16(const KvLayerView& kv, const AttentionArgs& a, ThreadPool* po
     // Decode: split the context over (kv head, chunk) tasks, then merge chunks in order.
     const int64_t n_keys = a.pos0 + 1, n_chunks = ceil_div(n_keys, kAttnChunk);
     const int64_t stride = group * (hd + 2);
-    std::vector<float> partials(size_t(n_kv * n_chunks * stride));
+    // Reused across calls: a fresh multi-MiB vector per call costs page faults and zeroing
+    // at every layer of every token (every element is written before it is read).
+    // (thread_local, so the workers must reach it through `partials`, a plain pointer.)
+    thread_local std::vector<float> partials_buffer;
+    if (partials_buffer.size() < size_t(n_kv * n_chunks * stride))
+      partials_buffer.resize(size_t(n_kv * n_chunks * stride));
+    float* const partials = partials_buffer.data();
     auto task = [&](int64_t idx) {
       const int64_t g = idx / n_chunks, c = idx % n_chunks;
       auto& scratch = thread_scratch();
       if (scratch.size() < scratch_floats) scratch.resize(scratch_floats);
-      float* p = partials.data() + idx * stride;
+      float* p = partials + idx * stride;
       chunk_partial(kv, g, c * kAttnChunk, std::min(n_keys, (c + 1) * kAttnChunk), a.q + g * group * hd, group,
                     a.scale, scratch.data(), {p, p + group, p + 2 * group});
     };
@@ -117,7 +136,7 @@ void attention_f16(const KvLayerView& kv, const AttentionArgs& a, ThreadPool* po
     else for (int64_t i = 0; i < n_kv * n_chunks; ++i) task(i);
     for (int64_t g = 0; g < n_kv; ++g) {
       for (int64_t i = 0; i < group; ++i) {
-        const float* p0 = partials.data() + g * n_chunks * stride;
+        const float* p0 = partials + g * n_chunks * stride;
         float m = p0[i], l = p0[group + i];
         float* out = a.out + (g * group + i) * hd;
         std::copy(p0 + 2 * group + i * hd, p0 + 2 * group + (i + 1) * hd, out);

@@ -183,12 +183,18 @@ void run(const AttnQuantOps& o, const KvLayerView& kv, const AttentionArgs& a, T
     // Decode: (kv head, chunk) tasks, then chunks merged in order per head.
     const int64_t n_keys = a.pos0 + 1, n_chunks = ceil_div(n_keys, kAttnChunk);
     const int64_t stride = group * (hd + 2);
-    std::vector<float> partials(size_t(n_kv * n_chunks * stride));
+    // Reused across calls: a fresh multi-MiB vector per call costs page faults and zeroing
+    // at every layer of every token (every element is written before it is read).
+    // (thread_local, so the workers must reach it through `partials`, a plain pointer.)
+    thread_local std::vector<float> partials_buffer;
+    if (partials_buffer.size() < size_t(n_kv * n_chunks * stride))
+      partials_buffer.resize(size_t(n_kv * n_chunks * stride));
+    float* const partials = partials_buffer.data();
     auto task = [&](int64_t idx) {
       const int64_t g = idx / n_chunks, c = idx % n_chunks;
       auto& scratch = thread_scratch();
       if (scratch.size() < need) scratch.resize(need);
-      float* p = partials.data() + idx * stride;
+      float* p = partials + idx * stride;
       chunk_partial(o, kv, g, c * kAttnChunk, std::min(n_keys, (c + 1) * kAttnChunk), a.q + g * group * hd,
                     q8_of(g * group), group, a.scale, scratch.data(), {p, p + group, p + 2 * group});
     };
@@ -196,7 +202,7 @@ void run(const AttnQuantOps& o, const KvLayerView& kv, const AttentionArgs& a, T
     else for (int64_t i = 0; i < n_kv * n_chunks; ++i) task(i);
     for (int64_t g = 0; g < n_kv; ++g) {
       for (int64_t i = 0; i < group; ++i) {
-        const float* p0 = partials.data() + g * n_chunks * stride;
+        const float* p0 = partials + g * n_chunks * stride;
         float m = p0[i], l = p0[group + i];
         float* out = a.out + (g * group + i) * hd;
         std::copy(p0 + 2 * group + i * hd, p0 + 2 * group + (i + 1) * hd, out);
