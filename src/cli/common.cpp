@@ -99,7 +99,7 @@ void KvFlags::add(CLI::App& app) {
                "never applied to f16/f32. Measured on weft-tiny-hybrid (wikitext-2, 4K tokens): pays for q4_0 "
                "(KL mean and p99 -42%, top-1 vs f16 99.10% -> 99.37%); for q8_0 KL -40% but q8_0 is already "
                "indistinguishable from f16 (top-1 unchanged), so it buys nothing visible there "
-               "(docs/results-fidelity.md, \"Hadamard rotation\")");
+               "(docs/results.md, \"Hadamard rotation\")");
 }
 
 Result<KvOptions> KvFlags::resolve() const {
