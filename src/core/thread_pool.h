@@ -37,14 +37,16 @@ class ThreadPool {
 
   int n_threads_;
   std::vector<std::thread> workers_;
+  // Hand-off is lock-free (threads spin for a short budget on generation_ / active_workers_);
+  // the mutex and condition variables only serve threads that gave up spinning and sleep.
   std::mutex mu_;
   std::condition_variable start_cv_, done_cv_;
   const std::function<void(int64_t)>* job_ = nullptr;
   int64_t n_tasks_ = 0;
-  std::atomic<int64_t> next_task_{0};
-  int64_t generation_ = 0;
-  int active_workers_ = 0;
-  bool stop_ = false;
+  alignas(64) std::atomic<int64_t> next_task_{0};
+  alignas(64) std::atomic<int64_t> generation_{0};
+  alignas(64) std::atomic<int> active_workers_{0};
+  std::atomic<bool> stop_{false};
 };
 
 // Helper: number of tasks of `grain` items covering n items.
