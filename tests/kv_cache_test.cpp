@@ -65,7 +65,7 @@ TEST(KvQuant, RoundTripErrorWithinHalfAStep) {
   for (uint32_t seed = 0; seed < 20; ++seed) {
     auto x = random_rows(256, seed);
     x[7] = 9.0f * (seed % 2 ? 1 : -1);  // an outlier channel
-    std::vector<uint8_t> buf(256);
+    std::vector<uint8_t> buf(dtype_bytes(DType::kQ8_0, 256));  // the larger of the two encodings
     std::vector<float> y(256);
     for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
       encode_kv_row(t, x.data(), buf.data(), 256);
