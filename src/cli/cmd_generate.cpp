@@ -84,7 +84,11 @@ int run_generate(int argc, char** argv) {
   Sampler sampler(so);
   std::vector<float> logits(static_cast<size_t>(c.vocab_size));
   auto t0 = std::chrono::steady_clock::now();
-  Status s = session.feed(ids.data(), int64_t(ids.size()), nullptr, logits.data());
+  auto progress = [&](int64_t done, int64_t total) {
+    if (total >= 2048) std::fprintf(stderr, "\rweft: prefill %lld / %lld tokens", (long long)done, (long long)total);
+    if (total >= 2048 && done == total) std::fprintf(stderr, "\n");
+  };
+  Status s = session.feed_with_progress(ids.data(), int64_t(ids.size()), nullptr, logits.data(), 1024, progress);
   if (!s.ok()) return fail(s);
   const double prefill_s = seconds_since(t0);
 

@@ -46,7 +46,11 @@ int run_logits(int argc, char** argv) {
   so.batch = batch;
   Session session(*model.value(), so);
   std::vector<float> logits(static_cast<size_t>(T * V));
-  Status s = session.feed(ids->data(), T, logits.data(), nullptr);
+  auto progress = [&](int64_t done, int64_t total) {
+    if (total >= 2048) std::fprintf(stderr, "\rweft: teacher-forced %lld / %lld tokens", (long long)done, (long long)total);
+    if (total >= 2048 && done == total) std::fprintf(stderr, "\n");
+  };
+  Status s = session.feed_with_progress(ids->data(), T, logits.data(), nullptr, 1024, progress);
   if (!s.ok()) return fail(s);
   s = write_safetensors(out_path, {{"logits", DType::kF32, {T, V}, logits.data()}});
   if (!s.ok()) return fail(s);

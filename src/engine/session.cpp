@@ -31,6 +31,21 @@ Status Session::feed(const int32_t* ids, int64_t n, float* all_logits, float* la
   return Status();
 }
 
+Status Session::feed_with_progress(const int32_t* ids, int64_t n, float* all_logits, float* last_logits,
+                                  int64_t every, const std::function<void(int64_t, int64_t)>& progress) {
+  // Slices are whole multiples of the batch, so the forward calls are the same as feed()'s.
+  const int64_t slice = std::max<int64_t>(1, every / options_.batch) * options_.batch;
+  const int64_t V = model_.config().vocab_size;
+  for (int64_t done = 0; done < n;) {
+    const int64_t m = std::min(slice, n - done);
+    const bool last = done + m == n;
+    WEFT_RETURN_IF_ERROR(feed(ids + done, m, all_logits ? all_logits + done * V : nullptr, last ? last_logits : nullptr));
+    done += m;
+    if (progress) progress(done, n);
+  }
+  return Status();
+}
+
 Status Session::step(int32_t id, float* logits) {
   ForwardOptions fo;
   fo.logits = logits;

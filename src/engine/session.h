@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -34,6 +35,10 @@ class Session {
   // Feeds `n` tokens (prefill or teacher forcing). all_logits (if non-null) receives [n, V]
   // logits of every position; last_logits (if non-null) receives the [V] logits of the last.
   Status feed(const int32_t* ids, int64_t n, float* all_logits, float* last_logits);
+  // As feed(), calling progress(done, n) after every slice of about `every` tokens (for long
+  // prompts: the CLI prints a progress line). Results are identical to feed().
+  Status feed_with_progress(const int32_t* ids, int64_t n, float* all_logits, float* last_logits, int64_t every,
+                            const std::function<void(int64_t done, int64_t total)>& progress);
   // One decode step: feeds `id` and writes the next-token logits [V].
   Status step(int32_t id, float* logits);
   void reset() { state_.reset(); }
