@@ -94,12 +94,7 @@ int run_fidelity_cmd(int argc, char** argv) {
     if (!r.ok()) return fail(r.status());
     ids = std::move(r.value());
   }
-  if (model_dir.empty()) {
-    auto d = default_model_dir();
-    if (!d.ok()) return fail(d.status());
-    model_dir = d.value();
-  }
-  auto model = Model::load(model_dir);
+  auto model = open_model(&model_dir);
   if (!model.ok()) return fail(model.status());
   const ModelConfig& c = model.value()->config();
   if (Status s = lab::check_arms_supported(arms.value(), c); !s.ok()) return fail(s);

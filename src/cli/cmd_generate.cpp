@@ -47,12 +47,7 @@ int run_generate(int argc, char** argv) {
 
   auto kv_options = kv.resolve();
   if (!kv_options.ok()) return fail(kv_options.status());
-  if (model_dir.empty()) {
-    auto d = default_model_dir();
-    if (!d.ok()) return fail(d.status());
-    model_dir = d.value();
-  }
-  auto model = Model::load(model_dir);
+  auto model = open_model(&model_dir);
   if (!model.ok()) return fail(model.status());
   const ModelConfig& c = model.value()->config();
   std::optional<Tokenizer> tokenizer;
@@ -74,8 +69,7 @@ int run_generate(int argc, char** argv) {
     if (ids.empty() && c.bos_token_id >= 0) ids.push_back(c.bos_token_id);
     if (ids.empty()) return fail(Status::error("empty prompt and the model has no BOS token"));
   }
-  if (!kv_type_supported(kv_options->k_type, c.head_dim) || !kv_type_supported(kv_options->v_type, c.head_dim))
-    return fail(Status::error("KV type needs head_dim divisible by 32 (head_dim is " + std::to_string(c.head_dim) + ")"));
+  if (Status s = check_kv_types(c, kv_options.value()); !s.ok()) return fail(s);
 
   SessionOptions sess_opts;
   sess_opts.kv = kv_options.value();

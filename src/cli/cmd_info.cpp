@@ -45,12 +45,7 @@ int run_info(int argc, char** argv) {
   Status st;
   std::vector<int64_t> ctxs = parse_ctx_list(ctx, &st);
   if (!st.ok()) return fail(st);
-  if (model_dir.empty()) {
-    auto d = default_model_dir();
-    if (!d.ok()) return fail(d.status());
-    model_dir = d.value();
-  }
-  auto model = Model::load(model_dir);
+  auto model = open_model(&model_dir);
   if (!model.ok()) return fail(model.status());
   const ModelConfig& c = model.value()->config();
   const Footprint fp = compute_footprint(*model.value());

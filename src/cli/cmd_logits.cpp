@@ -29,16 +29,10 @@ int run_logits(int argc, char** argv) {
   if (!kv_options.ok()) return fail(kv_options.status());
   auto ids = read_ids_file(ids_file);
   if (!ids.ok()) return fail(ids.status());
-  if (model_dir.empty()) {
-    auto d = default_model_dir();
-    if (!d.ok()) return fail(d.status());
-    model_dir = d.value();
-  }
-  auto model = Model::load(model_dir);
+  auto model = open_model(&model_dir);
   if (!model.ok()) return fail(model.status());
   const ModelConfig& c = model.value()->config();
-  if (!kv_type_supported(kv_options->k_type, c.head_dim) || !kv_type_supported(kv_options->v_type, c.head_dim))
-    return fail(Status::error("KV type needs head_dim divisible by 32 (head_dim is " + std::to_string(c.head_dim) + ")"));
+  if (Status s = check_kv_types(c, kv_options.value()); !s.ok()) return fail(s);
   const int64_t T = int64_t(ids->size()), V = c.vocab_size;
   SessionOptions so;
   so.kv = kv_options.value();

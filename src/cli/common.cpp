@@ -40,7 +40,22 @@ Result<std::string> default_model_dir() {
   return dir;
 }
 
-Result<std::unique_ptr<Model>> load_model(const std::string& dir) { return Model::load(dir); }
+Result<std::unique_ptr<Model>> open_model(std::string* dir) {
+  if (dir->empty()) {
+    auto d = default_model_dir();
+    if (!d.ok()) return d.status();
+    *dir = d.value();
+  }
+  return Model::load(*dir);
+}
+
+Status check_kv_types(const ModelConfig& c, const KvOptions& kv) {
+  for (DType t : {kv.k_type, kv.v_type})
+    if (!kv_type_supported(t, c.head_dim))
+      return Status::error(std::string("KV type ") + dtype_name(t) + " stores blocks of 32 values along head_dim; this model's head_dim is " +
+                           std::to_string(c.head_dim) + " (use f16 or f32)");
+  return Status();
+}
 
 Result<std::vector<int32_t>> parse_ids(const std::string& text, const std::string& source) {
   std::vector<int32_t> ids;

@@ -20,8 +20,12 @@ namespace weft::cli {
 // $XDG_CACHE_HOME/weft (or ~/.cache/weft). Prints which one it chose on stderr.
 Result<std::string> default_model_dir();
 
-// Loads a model, reporting errors as "weft: <message>".
-Result<std::unique_ptr<Model>> load_model(const std::string& dir);
+// Loads the model at *dir; an empty *dir means the built-in default, and is set to the path
+// chosen.
+Result<std::unique_ptr<Model>> open_model(std::string* dir);
+
+// An error naming the problem unless both KV types suit the model's head_dim.
+Status check_kv_types(const ModelConfig& config, const KvOptions& kv);
 
 // Parses token ids separated by whitespace and/or commas. Errors name the offending text.
 Result<std::vector<int32_t>> read_ids_file(const std::string& path);
