@@ -223,9 +223,12 @@ void moe_layer(const ModelConfig& c, const FfnWeights& w, const float* xn, int64
   float* logits = sized(B.router, T * E);
   linear(w.router, xn, T, logits, pool);
   // Per token: top-k expert ids and weights.
-  std::vector<int32_t> top(static_cast<size_t>(T * K));
-  std::vector<float> weight(static_cast<size_t>(T * K));
-  std::vector<int32_t> order(static_cast<size_t>(E));
+  std::vector<int32_t>& top = B.moe_top;
+  std::vector<float>& weight = B.moe_weight;
+  std::vector<int32_t>& order = B.moe_order;
+  top.resize(size_t(T * K));
+  weight.resize(size_t(T * K));
+  order.resize(size_t(E));
   for (int64_t t = 0; t < T; ++t) {
     float* p = logits + t * E;
     softmax(p, E);

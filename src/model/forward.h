@@ -20,7 +20,8 @@ struct ForwardBuffers {
   std::vector<float> a, b, c, d, e;             // projections, sized on demand
   std::vector<float> rope_cos, rope_sin;        // [T, rotary_dim / 2]
   std::vector<float> router, moe_in, moe_g, moe_u, moe_out;  // MoE work
-  std::vector<int32_t> moe_rows;
+  std::vector<int32_t> moe_rows, moe_top, moe_order;  // routed rows; top-k ids; sort scratch
+  std::vector<float> moe_weight;                      // top-k routing weights
   std::vector<float> inv_freq;
 };
 

@@ -12,7 +12,9 @@ namespace weft {
 void causal_conv1d_silu(float* x, int64_t T, int64_t channels, const float* w, int64_t kernel, float* state) {
   const int64_t hist = kernel - 1;
   // window[i] = input at time (t - hist + i); rows 0..hist-1 come from state, then x.
-  std::vector<float> window(static_cast<size_t>((hist + T) * channels));
+  // Reused per thread: this runs for every GDN layer of every token.
+  thread_local std::vector<float> window;
+  window.resize(size_t((hist + T) * channels));
   std::memcpy(window.data(), state, size_t(hist * channels) * sizeof(float));
   std::memcpy(window.data() + hist * channels, x, size_t(T * channels) * sizeof(float));
   for (int64_t t = 0; t < T; ++t) {
@@ -30,7 +32,9 @@ void gdn_recurrent(const GdnRecurrentArgs& a, ThreadPool* pool) {
   auto head = [&](int64_t j) {
     float* S = a.state + j * dk * dv;
     const int64_t kh = j / ratio;
-    std::vector<float> kv(static_cast<size_t>(dv)), delta(static_cast<size_t>(dv));
+    thread_local std::vector<float> kv, delta;  // per worker thread, reused across calls
+    kv.resize(size_t(dv));
+    delta.resize(size_t(dv));
     for (int64_t t = 0; t < a.T; ++t) {
       const float* q = a.q + t * a.q_stride + kh * dk;
       const float* k = a.k + t * a.q_stride + kh * dk;
