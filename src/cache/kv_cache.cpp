@@ -19,31 +19,46 @@ bool kv_type_supported(DType type, int64_t head_dim) {
   }
 }
 
-KvCache::KvCache(const KvCacheSpec& spec)
+KvCache::KvCache(const KvCacheSpec& spec, PageAllocator* allocator)
     : spec_(spec),
+      allocator_(allocator ? allocator : &host_allocator()),
       k_row_bytes_(kv_row_bytes(spec.k_type, spec.head_dim)),
       v_row_bytes_(kv_row_bytes(spec.v_type, spec.head_dim)),
       layers_(size_t(spec.n_layers)) {}
+
+KvCache::~KvCache() {
+  for (Layer& L : layers_) release_pages(L, 0);
+}
+
+void KvCache::release_pages(Layer& L, size_t keep) {
+  while (L.pages.size() > keep) {
+    allocator_->release(L.pages.back());
+    L.pages.pop_back();
+  }
+}
+
+KvLayerView KvCache::grow(int64_t layer, int64_t T) {
+  Layer& L = layers_[size_t(layer)];
+  const size_t need = size_t((L.length + T + spec_.page_tokens - 1) / spec_.page_tokens);
+  while (L.pages.size() < need) L.pages.push_back(allocator_->allocate(page_bytes()));
+  L.length += T;
+  return view(layer);
+}
 
 size_t KvCache::page_bytes() const {
   return size_t(spec_.n_kv_heads * spec_.page_tokens) * (k_row_bytes_ + v_row_bytes_);
 }
 
 void KvCache::append(int64_t layer, const float* k, const float* v, int64_t T) {
-  Layer& L = layers_[size_t(layer)];
-  const int64_t hd = spec_.head_dim, nkv = spec_.n_kv_heads;
+  assert(allocator_->host_accessible());
+  const int64_t hd = spec_.head_dim, nkv = spec_.n_kv_heads, pos0 = length(layer);
+  const KvLayerView view = grow(layer, T);
   for (int64_t t = 0; t < T; ++t) {
-    const int64_t pos = L.length;
-    if (pos % spec_.page_tokens == 0 && size_t(pos / spec_.page_tokens) == L.pages.size()) {
-      L.pages.emplace_back(new uint8_t[page_bytes()]);
-    }
-    KvLayerView view = this->view(layer);
-    view.length = pos + 1;
+    const int64_t pos = pos0 + t;
     for (int64_t h = 0; h < nkv; ++h) {
       encode_kv_row(spec_.k_type, k + (t * nkv + h) * hd, const_cast<uint8_t*>(view.k_row(h, pos)), hd);
       encode_kv_row(spec_.v_type, v + (t * nkv + h) * hd, const_cast<uint8_t*>(view.v_row(h, pos)), hd);
     }
-    L.length = pos + 1;
   }
 }
 
@@ -51,15 +66,15 @@ void KvCache::truncate(int64_t length) {
   for (Layer& L : layers_) {
     if (L.length <= length) continue;
     L.length = length;
-    size_t keep = size_t((length + spec_.page_tokens - 1) / spec_.page_tokens);
-    L.pages.resize(keep);
+    release_pages(L, size_t((length + spec_.page_tokens - 1) / spec_.page_tokens));
   }
 }
 
 KvLayerView KvCache::view(int64_t layer) const {
   const Layer& L = layers_[size_t(layer)];
   KvLayerView v;
-  v.pages = &L.pages;
+  v.pages = L.pages.data();
+  v.n_pages = int64_t(L.pages.size());
   v.length = L.length;
   v.page_tokens = spec_.page_tokens;
   v.n_kv_heads = spec_.n_kv_heads;
@@ -82,6 +97,7 @@ size_t KvCache::bytes_allocated() const {
 }
 
 void KvCache::assign_from(const KvCache& src) {
+  assert(allocator_->host_accessible() && src.allocator_->host_accessible());
   assert(src.spec_.n_layers == spec_.n_layers && src.spec_.n_kv_heads == spec_.n_kv_heads &&
          src.spec_.head_dim == spec_.head_dim);
   clear();
@@ -89,11 +105,7 @@ void KvCache::assign_from(const KvCache& src) {
   std::vector<float> row(static_cast<size_t>(hd));
   for (int64_t l = 0; l < spec_.n_layers; ++l) {
     const KvLayerView s = src.view(l);
-    Layer& L = layers_[size_t(l)];
-    const size_t n_pages = size_t((s.length + spec_.page_tokens - 1) / spec_.page_tokens);
-    while (L.pages.size() < n_pages) L.pages.emplace_back(new uint8_t[page_bytes()]);
-    L.length = s.length;
-    const KvLayerView d = view(l);
+    const KvLayerView d = grow(l, s.length);
     for (int64_t pos = 0; pos < s.length; ++pos) {
       for (int64_t h = 0; h < nkv; ++h) {
         for (int kv = 0; kv < 2; ++kv) {

@@ -11,10 +11,10 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/memory.h"
 #include "kernels/kv_view.h"
 
 namespace weft {
@@ -36,13 +36,22 @@ bool kv_type_supported(DType type, int64_t head_dim);
 
 class KvCache {
  public:
-  explicit KvCache(const KvCacheSpec& spec);
+  // Pages come from `allocator` (the owning backend's memory; host memory by default).
+  explicit KvCache(const KvCacheSpec& spec, PageAllocator* allocator = nullptr);
+  ~KvCache();
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
 
   const KvCacheSpec& spec() const { return spec_; }
   int64_t length(int64_t layer) const { return layers_[size_t(layer)].length; }
 
-  // Appends T tokens to `layer`. k, v: f32 [T, n_kv_heads, head_dim]. Encodes into the cache type.
+  // Appends T tokens to `layer`. k, v: f32 [T, n_kv_heads, head_dim] in host memory. Encodes into
+  // the cache type (host-accessible pages only; a device backend encodes in its own kernel after
+  // `grow`).
   void append(int64_t layer, const float* k, const float* v, int64_t T);
+  // Makes room for positions [length, length + T) of `layer` and marks them present (their
+  // contents are the caller's to write); returns the view covering them.
+  KvLayerView grow(int64_t layer, int64_t T);
   // Drops every token at position >= length in all layers (pages beyond are freed).
   void truncate(int64_t length);
   void clear() { truncate(0); }
@@ -62,12 +71,14 @@ class KvCache {
 
  private:
   struct Layer {
-    std::vector<std::unique_ptr<uint8_t[]>> pages;
+    std::vector<uint8_t*> pages;  // the page table, owned through allocator_
     int64_t length = 0;
   };
   size_t page_bytes() const;
+  void release_pages(Layer& layer, size_t keep);
 
   KvCacheSpec spec_;
+  PageAllocator* allocator_;
   size_t k_row_bytes_, v_row_bytes_;
   std::vector<Layer> layers_;
 };

@@ -5,8 +5,9 @@
 namespace weft {
 
 Session::Session(const Model& model, const SessionOptions& options)
-    : model_(model), options_(options), pool_(options.threads), state_(model.config(), options.kv) {
-  if (options_.batch <= 0) options_.batch = 1;
+    : model_(model), options_(options), backend_(options.threads), state_(model.config(), options.kv,
+                                                                         &backend_.allocator()) {
+  options_.batch = std::max<int64_t>(1, (options_.batch + kPrefillChunk - 1) / kPrefillChunk) * kPrefillChunk;
 }
 
 Status Session::feed(const int32_t* ids, int64_t n, float* all_logits, float* last_logits) {
@@ -16,16 +17,18 @@ Status Session::feed(const int32_t* ids, int64_t n, float* all_logits, float* la
       return Status::error("token id " + std::to_string(ids[i]) + " at index " + std::to_string(i) +
                            " is outside the vocabulary [0, " + std::to_string(V) + ")");
   for (int64_t done = 0; done < n;) {
-    const int64_t T = std::min(options_.batch, n - done);
-    ForwardOptions fo;
+    SequenceRows rows;
+    rows.state = &state_;
+    rows.ids = ids + done;
+    rows.n = std::min(options_.batch, n - done);
     if (all_logits) {
-      fo.logits = all_logits + done * V;
-      fo.all_logits = true;
-    } else if (last_logits && done + T == n) {
-      fo.logits = last_logits;
+      rows.logits = all_logits + done * V;
+      rows.all_logits = true;
+    } else if (last_logits && done + rows.n == n) {
+      rows.logits = last_logits;
     }
-    WEFT_RETURN_IF_ERROR(forward(model_, state_, ids + done, T, fo, buffers_, &pool_));
-    done += T;
+    WEFT_RETURN_IF_ERROR(forward(model_, backend_, rows));
+    done += rows.n;
   }
   if (all_logits && last_logits && n > 0) std::copy(all_logits + (n - 1) * V, all_logits + n * V, last_logits);
   return Status();
@@ -47,9 +50,24 @@ Status Session::feed_with_progress(const int32_t* ids, int64_t n, float* all_log
 }
 
 Status Session::step(int32_t id, float* logits) {
-  ForwardOptions fo;
-  fo.logits = logits;
-  return forward(model_, state_, &id, 1, fo, buffers_, &pool_);
+  SequenceRows rows;
+  rows.state = &state_;
+  rows.ids = &id;
+  rows.n = 1;
+  rows.numerics = RowNumerics::kDecode;
+  rows.logits = logits;
+  return forward(model_, backend_, rows);
+}
+
+Status Session::verify(const int32_t* ids, int64_t n, float* logits) {
+  SequenceRows rows;
+  rows.state = &state_;
+  rows.ids = ids;
+  rows.n = n;
+  rows.numerics = RowNumerics::kDecode;
+  rows.logits = logits;
+  rows.all_logits = true;
+  return forward(model_, backend_, rows);
 }
 
 }  // namespace weft

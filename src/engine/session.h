@@ -1,16 +1,16 @@
-// Session: one sequence being decoded — a model (shared, immutable), its per-sequence state
-// (KV cache + GDN state), scratch buffers and a thread pool. Prefill runs in batches of
-// `batch` tokens through blocked matrix products; decode runs one token at a time.
+// Session: one sequence being decoded — a model (shared, immutable), a backend (its scratch
+// memory and threads) and the sequence's state (KV pages + GDN state). Prefill runs in calls of
+// `batch` tokens (a multiple of kPrefillChunk, so results do not depend on it); decode runs one
+// token at a time. Several sequences decoded together: see engine/engine.h.
 // Thread safety: a session is used by one thread at a time; many sessions may share a Model.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <vector>
 
+#include "backend/cpu_backend.h"
 #include "core/status.h"
-#include "core/thread_pool.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/state.h"
@@ -19,8 +19,8 @@ namespace weft {
 
 struct SessionOptions {
   KvOptions kv;
-  int threads = 0;       // 0: one per hardware thread
-  int64_t batch = 128;   // prefill tokens per forward call
+  int threads = 0;        // 0: one per hardware thread
+  int64_t batch = 512;    // prefill tokens per forward call (rounded up to a multiple of kPrefillChunk)
 };
 
 class Session {
@@ -30,7 +30,8 @@ class Session {
   const Model& model() const { return model_; }
   int64_t position() const { return state_.position(); }
   ModelState& state() { return state_; }
-  ThreadPool& pool() { return pool_; }
+  ThreadPool& pool() { return backend_.pool(); }
+  Backend& backend() { return backend_; }
 
   // Feeds `n` tokens (prefill or teacher forcing). all_logits (if non-null) receives [n, V]
   // logits of every position; last_logits (if non-null) receives the [V] logits of the last.
@@ -41,14 +42,16 @@ class Session {
                             const std::function<void(int64_t done, int64_t total)>& progress);
   // One decode step: feeds `id` and writes the next-token logits [V].
   Status step(int32_t id, float* logits);
+  // k+1 rows of this sequence in one forward call with decode numerics (speculative verify):
+  // logits [n, V] equal, bit for bit, those of n calls to step().
+  Status verify(const int32_t* ids, int64_t n, float* logits);
   void reset() { state_.reset(); }
 
  private:
   const Model& model_;
   SessionOptions options_;
-  ThreadPool pool_;
+  CpuBackend backend_;
   ModelState state_;
-  ForwardBuffers buffers_;
 };
 
 }  // namespace weft

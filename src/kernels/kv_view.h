@@ -1,12 +1,13 @@
 // KvLayerView: how attention kernels (CPU now, CUDA later) see one layer of the paged KV cache.
 // The cache (src/cache/kv_cache.h) owns the pages; kernels only read through this view.
 // Page layout: [K: n_kv_heads x page_tokens rows][V: n_kv_heads x page_tokens rows].
+// The view is a page table: the base pointer of every page, in position order. The pointers are
+// in the memory of the backend that owns the cache (host for the CPU backend), so a device
+// cache is described by the same struct.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
-#include <vector>
 
 #include "core/dtype.h"
 
@@ -14,7 +15,8 @@ namespace weft {
 
 // Read-only view of one layer, for attention kernels.
 struct KvLayerView {
-  const std::vector<std::unique_ptr<uint8_t[]>>* pages = nullptr;
+  const uint8_t* const* pages = nullptr;  // page table: pages[i] holds positions [i, i + 1)·page_tokens
+  int64_t n_pages = 0;
   int64_t length = 0;
   int64_t page_tokens = 0;
   int64_t n_kv_heads = 0;
@@ -23,11 +25,11 @@ struct KvLayerView {
   size_t k_row_bytes = 0, v_row_bytes = 0;
 
   const uint8_t* k_row(int64_t head, int64_t pos) const {
-    const uint8_t* page = (*pages)[size_t(pos / page_tokens)].get();
+    const uint8_t* page = pages[pos / page_tokens];
     return page + size_t(head * page_tokens + pos % page_tokens) * k_row_bytes;
   }
   const uint8_t* v_row(int64_t head, int64_t pos) const {
-    const uint8_t* page = (*pages)[size_t(pos / page_tokens)].get();
+    const uint8_t* page = pages[pos / page_tokens];
     return page + size_t(n_kv_heads * page_tokens) * k_row_bytes +
            size_t(head * page_tokens + pos % page_tokens) * v_row_bytes;
   }

@@ -1,39 +1,54 @@
-// The forward pass of every supported decoder: embed, then one loop over layers whose kind
-// (gated full attention or Gated DeltaNet; dense or MoE FFN) was fixed at weight binding, then
-// the final norm and the output head. Reads top to bottom in forward.cpp.
+// The forward pass of every supported decoder over a batch of rows from one or more sequences:
+// embed, then one loop over layers whose kind (gated full attention or Gated DeltaNet; dense or
+// MoE FFN) was fixed at weight binding, then the final norm and the output head. Written against
+// the Backend interface (src/backend/backend.h); reads top to bottom in forward.cpp.
+//
+// A batch is a list of SequenceRows: some consecutive tokens of one sequence each. Matrix
+// products run once over all rows of the batch (each weight is read once per call, whatever the
+// number of sequences), MoE routes the whole batch at once, while attention and the GDN
+// recurrence run per sequence on that sequence's KV pages and recurrent state.
+//
+// Strict tier (f16 KV): every output row is computed with arithmetic that depends only on its
+// own sequence — not on the thread count nor on the other rows in the batch. Two numerics exist
+// for a sequence's rows:
+//   * decode (kDecode): n rows give exactly the bits of n single-token steps (decode of N users,
+//     and the k+1-row verify of speculation);
+//   * prefill (kPrefill): the GDN recurrence may run in its chunked form, chunks counted from the
+//     first row of the call, so a prompt fed in calls whose sizes are multiples of the prefill
+//     chunk (kPrefillChunk) gives the same bits however it is split.
 #pragma once
 
 #include <cstdint>
-#include <vector>
+#include <span>
 
+#include "backend/backend.h"
 #include "core/status.h"
 #include "model/model.h"
 #include "model/state.h"
 
 namespace weft {
 
-class ThreadPool;
+// Splits of a prompt at multiples of this many tokens give identical prefill results.
+constexpr int64_t kPrefillChunk = 64;
 
-// Scratch buffers of one forward call, reused across calls (no per-token allocation once warm).
-struct ForwardBuffers {
-  std::vector<float> x, xn, y;                  // [T, H]
-  std::vector<float> a, b, c, d, e;             // projections, sized on demand
-  std::vector<float> rope_cos, rope_sin;        // [T, rotary_dim / 2]
-  std::vector<float> router, moe_in, moe_g, moe_u, moe_out;  // MoE work
-  std::vector<int32_t> moe_rows, moe_top, moe_order;  // routed rows; top-k ids; sort scratch
-  std::vector<float> moe_weight;                      // top-k routing weights
-  std::vector<float> inv_freq;
-};
+enum class RowNumerics { kPrefill, kDecode };
 
-struct ForwardOptions {
-  // Logits of every position ([T, V]) or only of the last ([1, V]); null computes none.
+struct SequenceRows {
+  ModelState* state = nullptr;  // the sequence: its rows sit at positions [state->position(), + n)
+  const int32_t* ids = nullptr;  // host
+  int64_t n = 0;
+  RowNumerics numerics = RowNumerics::kPrefill;
+  // Host output: logits of every row ([n, V]) when all_logits, else of the last row ([V]); null
+  // computes none for this sequence.
   float* logits = nullptr;
   bool all_logits = false;
 };
 
-// Runs tokens ids[0..T) at positions [state.position(), + T) and advances the state.
-// Fails (and changes nothing) on a token id outside the vocabulary.
-Status forward(const Model& model, ModelState& state, const int32_t* ids, int64_t T,
-               const ForwardOptions& options, ForwardBuffers& buffers, ThreadPool* pool);
+// Runs every sequence's rows and advances each state by its n. Fails, changing nothing, on a
+// token id outside the vocabulary, a sequence listed twice, or a --kv-rotate the model cannot take.
+Status forward(const Model& model, Backend& backend, std::span<const SequenceRows> batch);
+
+// One sequence (the common case).
+Status forward(const Model& model, Backend& backend, const SequenceRows& rows);
 
 }  // namespace weft

@@ -126,6 +126,11 @@ class Binder {
       for (int64_t e = 0; e < E; ++e)
         WEFT_RETURN_IF_ERROR(mlp(p + "experts." + std::to_string(e) + ".", I, &f->experts[size_t(e)]));
     }
+    for (const ExpertWeights& e : f->experts) {
+      f->expert_gate.push_back(e.gate_proj);
+      f->expert_up.push_back(e.up_proj);
+      f->expert_down.push_back(e.down_proj);
+    }
     if (c.shared_expert_intermediate_size > 0 || has(p + "shared_expert.gate_proj.weight")) {
       int64_t Is = c.shared_expert_intermediate_size;
       if (Is <= 0) return Status::error("checkpoint has a shared expert but config has no shared_expert_intermediate_size");

@@ -25,7 +25,8 @@ struct KvOptions {
 
 class ModelState {
  public:
-  ModelState(const ModelConfig& config, const KvOptions& kv);
+  // KV pages come from `allocator` (the backend's memory; host memory when null).
+  ModelState(const ModelConfig& config, const KvOptions& kv, PageAllocator* allocator = nullptr);
 
   int64_t position() const { return position_; }
   void advance(int64_t n) { position_ += n; }

@@ -6,23 +6,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/tensor.h"
+#include "core/matrix.h"
 #include "model/config.h"
 
 namespace weft {
-
-// A matrix [rows, cols] of dtype `dtype`, possibly a slice of a larger tensor (fused experts).
-struct Matrix {
-  DType dtype = DType::kF32;
-  const void* data = nullptr;
-  int64_t rows = 0;
-  int64_t cols = 0;
-  size_t bytes() const { return size_t(rows * cols) * dtype_size(dtype); }
-  // Rows [begin, begin + count) as a matrix of its own.
-  Matrix row_slice(int64_t begin, int64_t count) const {
-    return {dtype, static_cast<const uint8_t*>(data) + size_t(begin * cols) * dtype_size(dtype), count, cols};
-  }
-};
 
 struct AttentionWeights {
   Matrix q_proj;  // [heads * head_dim * (gated ? 2 : 1), H]
@@ -54,6 +41,9 @@ struct FfnWeights {
   ExpertWeights dense;
   Matrix router;  // [E, H]
   std::vector<ExpertWeights> experts;
+  // The same routed experts as one table per projection ([E] each), the operand of the grouped
+  // matmul (Backend::grouped_matmul); filled at binding from `experts`.
+  std::vector<Matrix> expert_gate, expert_up, expert_down;
   bool has_shared_expert = false;
   ExpertWeights shared_expert;
   Matrix shared_expert_gate;  // [1, H]

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "kernels/gdn_args.h"
+
 namespace weft {
 
 class ThreadPool;
@@ -14,17 +16,6 @@ class ThreadPool;
 // updated to the last kernel - 1 inputs. out[t][c] = silu(sum_j w[c][j] * in[t - (kernel-1) + j][c]).
 void causal_conv1d_silu(float* x, int64_t T, int64_t channels, const float* w, int64_t kernel, float* state);
 
-struct GdnRecurrentArgs {
-  float* state = nullptr;      // [n_v, dk, dv], updated in place
-  const float* q = nullptr;    // token t, key head h at q[t * q_stride + h * dk] (l2-normalised, scaled)
-  const float* k = nullptr;    // same layout as q (l2-normalised)
-  const float* v = nullptr;    // token t, value head j at v[t * v_stride + j * dv]
-  int64_t q_stride = 0, v_stride = 0;
-  const float* g = nullptr;    // [T, n_v] log decay (g = −exp(A_log)·softplus(a + dt_bias))
-  const float* beta = nullptr; // [T, n_v]
-  float* out = nullptr;        // [T, n_v, dv]
-  int64_t T = 0, n_k = 0, n_v = 0, dk = 0, dv = 0;
-};
 
 // Per token, per value head j (key head j / (n_v / n_k)):
 //   S *= exp(g); kv = Sᵀk; delta = (v − kv)·beta; S += k ⊗ delta; out = Sᵀq.

@@ -1,0 +1,25 @@
+#include "core/memory.h"
+
+#include <new>
+
+namespace weft {
+
+namespace {
+
+class HostAllocator final : public PageAllocator {
+ public:
+  uint8_t* allocate(size_t bytes) override {
+    return static_cast<uint8_t*>(::operator new(bytes, std::align_val_t(64)));
+  }
+  void release(uint8_t* page) override { ::operator delete(page, std::align_val_t(64)); }
+  bool host_accessible() const override { return true; }
+};
+
+}  // namespace
+
+PageAllocator& host_allocator() {
+  static HostAllocator allocator;
+  return allocator;
+}
+
+}  // namespace weft
