@@ -486,7 +486,8 @@ TEST_F(BadInputTest, Flags) {
   expect_cli_fails("batch -3", logits + " --batch -3", 2, "batch");
   expect_cli_fails("n negative", generate.substr(0, generate.size() - 5) + " -n -5", 2, "n-tokens");
   expect_cli_fails("top-p 2", generate + " --top-p 2", 2, "top-p");
-  expect_cli_fails("ids and prompt", generate + " --prompt hi", 2, "excludes");
+  // Several inputs may be mixed (one batch), but a text prompt still needs a tokenizer.
+  expect_cli_fails("ids and prompt without tokenizer", generate + " --prompt hi", 1, "tokenizer.json");
   expect_cli_fails("prompt without tokenizer", "generate -m " + m + " --prompt hi -n 2", 1, "tokenizer.json");
   expect_cli_fails("info bad ctx", "info -m " + m + " --ctx 12,abc", 1, "abc");
   expect_cli_fails("info ctx 0", "info -m " + m + " --ctx 0", 1, "positive");

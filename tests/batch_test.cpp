@@ -169,3 +169,36 @@ INSTANTIATE_TEST_SUITE_P(All, BatchTest,
 
 }  // namespace
 }  // namespace weft
+
+namespace weft {
+namespace {
+
+// `weft generate` with several inputs decodes them as one batch; each input's tokens equal those
+// of the same input run alone (greedy), and --json prints one line per input in input order.
+TEST(GenerateCli, SeveralInputsEqualEachAlone) {
+  const std::string dir = test::temp_dir("batch-cli");
+  const std::vector<std::string> prompts = {"12 7 99 4", "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17", "42"};
+  std::string files, out;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::string f = dir + "/p" + std::to_string(i) + ".txt";
+    FILE* fp = std::fopen(f.c_str(), "w");
+    std::fputs(prompts[i].c_str(), fp);
+    std::fclose(fp);
+    files += " --ids-file " + f;
+  }
+  const std::string base = test::weft_binary() + " generate --ignore-eos -n 12 --json --threads 2";
+  ASSERT_EQ(test::run_command(base + files + " 2>/dev/null", &out), 0) << out;
+  std::vector<std::string> lines;
+  for (size_t p = 0; (p = out.find("{\"batch\"", p)) != std::string::npos; ++p) lines.push_back(out.substr(p, out.find('\n', p) - p));
+  ASSERT_EQ(lines.size(), prompts.size()) << out;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::string alone;
+    ASSERT_EQ(test::run_command(base + " --ids-file " + dir + "/p" + std::to_string(i) + ".txt 2>/dev/null", &alone), 0);
+    auto tokens = [](const std::string& line) { return line.substr(line.find("\"tokens\""), line.find(']', line.find("\"tokens\"")) - line.find("\"tokens\"")); };
+    EXPECT_EQ(tokens(lines[i]), tokens(alone)) << "input " << i;
+    EXPECT_NE(lines[i].find("\"batch\":3"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace weft

@@ -1,5 +1,8 @@
-// `weft generate`: prefill a prompt, then decode N tokens (greedy or sampled), streaming text
-// when the model has a tokenizer; --json prints one machine-readable object instead.
+// `weft generate`: prefill one or more prompts, then decode N tokens for each (greedy or
+// sampled). Several prompts (--prompt / --ids-file, repeatable) are decoded together as one
+// batch: one forward call per step for all of them, each weight read once per step. A single
+// prompt streams its text as it is generated; --json prints one JSON object per input, in input
+// order, one per line.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -10,8 +13,8 @@
 
 #include "cli/command.h"
 #include "cli/common.h"
+#include "engine/engine.h"
 #include "engine/sampler.h"
-#include "engine/session.h"
 #include "io/tokenizer.h"
 
 namespace weft::cli {
@@ -21,27 +24,40 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// One input of the batch and what became of it.
+struct Job {
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> out;
+  std::vector<float> logits;
+  SeqId seq = 0;
+  std::optional<Sampler> sampler;
+  bool done = false;
+};
+
 int run_generate(int argc, char** argv) {
-  CLI::App app("Generate tokens from a prompt (prefill + decode)", "generate");
-  std::string model_dir, ids_file, prompt;
+  CLI::App app("Generate tokens from one or more prompts (prefill + decode; several prompts decode as one batch)",
+               "generate");
+  std::string model_dir;
+  std::vector<std::string> ids_files, prompts;
   int64_t n = 64;
   int threads = 0;
   bool json = false, no_stop = false;
   SamplerOptions so;
   KvFlags kv;
   app.add_option("-m,--model", model_dir, "model directory (HF format); default: the built-in model");
-  auto* ids_opt = app.add_option("--ids-file", ids_file, "prompt as token ids (whitespace/comma separated)");
-  auto* prompt_opt = app.add_option("-p,--prompt", prompt, "prompt text (needs tokenizer.json in the model dir)");
-  ids_opt->excludes(prompt_opt);
-  app.add_option("-n,--n-tokens", n, "tokens to generate")->check(CLI::NonNegativeNumber);
+  app.add_option("--ids-file", ids_files, "prompt as token ids (whitespace/comma separated); repeatable");
+  app.add_option("-p,--prompt", prompts, "prompt text (needs tokenizer.json in the model dir); repeatable");
+  app.add_option("-n,--n-tokens", n, "tokens to generate per input")->check(CLI::NonNegativeNumber);
   app.add_option("--temp", so.temperature, "temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
   app.add_option("--top-k", so.top_k, "keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
   app.add_option("--top-p", so.top_p, "nucleus sampling mass (1 = off)")->check(CLI::Range(0.0, 1.0));
   app.add_option("--min-p", so.min_p, "drop tokens below min_p x p(top) (0 = off)")->check(CLI::Range(0.0, 1.0));
-  app.add_option("--seed", so.seed, "sampling seed");
+  app.add_option("--seed", so.seed, "sampling seed (each input's sampler starts from it)");
   app.add_option("--threads", threads, "worker threads (0 = all cores)")->check(CLI::Range(0, 1024));
   app.add_flag("--ignore-eos", no_stop, "keep generating past end-of-sequence tokens");
-  app.add_flag("--json", json, "print one JSON object: tokens, prefill_tok_s, decode_tok_s, text");
+  app.add_flag("--json", json,
+               "print one JSON object per input (in input order, one per line): tokens, prefill_tok_s, "
+               "decode_tok_s, text");
   kv.add(app);
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
 
@@ -56,83 +72,121 @@ int run_generate(int argc, char** argv) {
     if (!tok.ok()) return fail(tok.status());
     tokenizer = std::move(tok.value());
   }
-  std::vector<int32_t> ids;
-  if (!ids_file.empty()) {
-    auto r = read_ids_file(ids_file);
+  if (ids_files.empty() && prompts.empty()) prompts.push_back("");  // BOS only, as before
+  std::vector<Job> jobs;
+  for (const std::string& f : ids_files) {
+    auto r = read_ids_file(f);
     if (!r.ok()) return fail(r.status());
-    ids = std::move(r.value());
-  } else {
+    if (r.value().empty()) return fail(Status::error("'" + f + "' holds no token ids"));
+    jobs.emplace_back().prompt = std::move(r.value());
+  }
+  for (const std::string& p : prompts) {
     if (!tokenizer) return fail(Status::error("--prompt needs tokenizer.json in '" + model_dir + "'; use --ids-file"));
+    std::vector<int32_t> ids;
     if (tokenizer->add_bos() && tokenizer->bos_id()) ids.push_back(*tokenizer->bos_id());
-    auto enc = tokenizer->encode(prompt);
+    auto enc = tokenizer->encode(p);
     ids.insert(ids.end(), enc.begin(), enc.end());
     if (ids.empty() && c.bos_token_id >= 0) ids.push_back(c.bos_token_id);
     if (ids.empty()) return fail(Status::error("empty prompt and the model has no BOS token"));
+    jobs.emplace_back().prompt = std::move(ids);
   }
   if (Status s = check_kv_types(c, kv_options.value()); !s.ok()) return fail(s);
 
-  SessionOptions sess_opts;
-  sess_opts.kv = kv_options.value();
-  sess_opts.threads = threads;
-  Session session(*model.value(), sess_opts);
-  Sampler sampler(so);
-  std::vector<float> logits(static_cast<size_t>(c.vocab_size));
+  EngineOptions eo;
+  eo.threads = threads;
+  Engine engine(*model.value(), eo);
+  std::vector<PrefillInput> prefill;
+  int64_t prompt_tokens = 0;
+  for (Job& j : jobs) {
+    j.seq = engine.add(kv_options.value());
+    j.logits.resize(size_t(c.vocab_size));
+    j.sampler.emplace(so);
+    prefill.push_back({j.seq, j.prompt.data(), int64_t(j.prompt.size()), j.logits.data()});
+    prompt_tokens += int64_t(j.prompt.size());
+  }
   auto t0 = std::chrono::steady_clock::now();
   auto progress = [&](int64_t done, int64_t total) {
     if (total >= 2048) std::fprintf(stderr, "\rweft: prefill %lld / %lld tokens", (long long)done, (long long)total);
     if (total >= 2048 && done == total) std::fprintf(stderr, "\n");
   };
-  Status s = session.feed_with_progress(ids.data(), int64_t(ids.size()), nullptr, logits.data(), 1024, progress);
-  if (!s.ok()) return fail(s);
+  if (Status s = engine.prefill(prefill, progress); !s.ok()) return fail(s);
   const double prefill_s = seconds_since(t0);
 
   std::vector<int32_t> eos = c.eos_token_ids;
   if (tokenizer)
     for (int32_t e : tokenizer->eos_ids()) eos.push_back(e);
-  std::vector<int32_t> out;
+  const bool stream_text = !json && jobs.size() == 1;
   std::optional<StreamDecoder> stream;
-  if (tokenizer) stream.emplace(*tokenizer);
-  if (!json && tokenizer) {
-    std::fputs(tokenizer->decode(ids).c_str(), stdout);
+  if (tokenizer && stream_text) {
+    stream.emplace(*tokenizer);
+    std::fputs(tokenizer->decode(jobs[0].prompt).c_str(), stdout);
     std::fflush(stdout);
   }
   auto t1 = std::chrono::steady_clock::now();
   int64_t decoded = 0;
+  std::vector<DecodeInput> step;
   for (int64_t i = 0; i < n; ++i) {
-    const int32_t next = sampler.sample(logits.data(), c.vocab_size);
-    out.push_back(next);
-    if (!json) {
-      if (stream) std::fputs(stream->push(next).c_str(), stdout);
-      else std::printf("%d ", next);
-      std::fflush(stdout);
+    step.clear();
+    for (Job& j : jobs) {
+      if (j.done) continue;
+      const int32_t next = j.sampler->sample(j.logits.data(), c.vocab_size);
+      j.out.push_back(next);
+      if (stream_text) {
+        if (stream) std::fputs(stream->push(next).c_str(), stdout);
+        else std::printf("%d ", next);
+        std::fflush(stdout);
+      }
+      const bool stop = !no_stop && std::find(eos.begin(), eos.end(), next) != eos.end();
+      if (stop || i + 1 == n) {
+        j.done = true;
+        engine.retire(j.seq);
+        continue;
+      }
+      step.push_back({j.seq, next, j.logits.data()});
     }
-    const bool stop = !no_stop && std::find(eos.begin(), eos.end(), next) != eos.end();
-    if (stop || i + 1 == n) break;
-    s = session.step(next, logits.data());
-    if (!s.ok()) return fail(s);
-    ++decoded;
+    if (step.empty()) break;
+    if (Status s = engine.decode(step); !s.ok()) return fail(s);
+    decoded += int64_t(step.size());
   }
   const double decode_s = seconds_since(t1);
+  const double prefill_tok_s = prefill_s > 0 ? double(prompt_tokens) / prefill_s : 0.0;
+  const double decode_tok_s = decode_s > 0 && decoded > 0 ? double(decoded) / decode_s : 0.0;
   if (json) {
-    nlohmann::json j;
-    j["tokens"] = out;
-    j["prompt_tokens"] = ids.size();
-    j["prefill_tok_s"] = prefill_s > 0 ? double(ids.size()) / prefill_s : 0.0;
-    j["decode_tok_s"] = decode_s > 0 && decoded > 0 ? double(decoded) / decode_s : 0.0;
-    j["threads"] = session.pool().size();
-    if (tokenizer) j["text"] = tokenizer->decode(out);
-    std::printf("%s\n", j.dump().c_str());
+    for (const Job& job : jobs) {
+      nlohmann::json j;
+      j["tokens"] = job.out;
+      j["prompt_tokens"] = job.prompt.size();
+      // Rates are of the whole batch (aggregate over inputs), the same in every line.
+      j["batch"] = jobs.size();
+      j["prefill_tok_s"] = prefill_tok_s;
+      j["decode_tok_s"] = decode_tok_s;
+      j["threads"] = engine.threads();
+      if (tokenizer) j["text"] = tokenizer->decode(job.out);
+      std::printf("%s\n", j.dump().c_str());
+    }
   } else {
-    if (stream) std::fputs(stream->flush().c_str(), stdout);
-    std::printf("\n");
-    std::fprintf(stderr, "weft: prompt %zu tokens, prefill %.1f tok/s; %zu generated, decode %.2f tok/s\n",
-                 ids.size(), prefill_s > 0 ? double(ids.size()) / prefill_s : 0.0, out.size(),
-                 decode_s > 0 && decoded > 0 ? double(decoded) / decode_s : 0.0);
+    if (stream_text) {
+      if (stream) std::fputs(stream->flush().c_str(), stdout);
+      std::printf("\n");
+    } else {
+      for (size_t i = 0; i < jobs.size(); ++i) {
+        std::printf("[%zu] ", i);
+        if (tokenizer) std::printf("%s%s\n", tokenizer->decode(jobs[i].prompt).c_str(), tokenizer->decode(jobs[i].out).c_str());
+        else {
+          for (int32_t t : jobs[i].out) std::printf("%d ", t);
+          std::printf("\n");
+        }
+      }
+    }
+    std::fprintf(stderr, "weft: %zu input(s), %lld prompt tokens, prefill %.1f tok/s; %lld decoded, decode %.2f tok/s%s\n",
+                 jobs.size(), (long long)prompt_tokens, prefill_tok_s, (long long)decoded, decode_tok_s,
+                 jobs.size() > 1 ? " (aggregate)" : "");
   }
   return 0;
 }
 
-const CommandRegistrar kRegister("generate", "prefill a prompt and decode tokens (greedy or sampled)", run_generate);
+const CommandRegistrar kRegister("generate", "prefill prompts and decode tokens (greedy or sampled; several prompts as one batch)",
+                                 run_generate);
 
 }  // namespace
 }  // namespace weft::cli

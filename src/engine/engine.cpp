@@ -25,7 +25,8 @@ Result<ModelState*> Engine::find(SeqId seq) {
   return it->second.get();
 }
 
-Status Engine::prefill(std::span<const PrefillInput> inputs) {
+Status Engine::prefill(std::span<const PrefillInput> inputs,
+                       const std::function<void(int64_t, int64_t)>& progress) {
   struct Pending {
     ModelState* state;
     const PrefillInput* in;
@@ -34,6 +35,7 @@ Status Engine::prefill(std::span<const PrefillInput> inputs) {
   // Everything is checked before the first call, so a bad input changes no sequence.
   const int64_t V = model_.config().vocab_size;
   std::vector<Pending> pending;
+  int64_t total = 0, done = 0;
   for (const PrefillInput& in : inputs) {
     auto st = find(in.seq);
     if (!st.ok()) return st.status();
@@ -44,6 +46,7 @@ Status Engine::prefill(std::span<const PrefillInput> inputs) {
         return Status::error("token id " + std::to_string(in.ids[i]) + " at index " + std::to_string(i) +
                              " is outside the vocabulary [0, " + std::to_string(V) + ")");
     if (in.n > 0) pending.push_back({st.value(), &in, 0});
+    total += in.n;
   }
   std::vector<SequenceRows> batch;
   while (!pending.empty()) {
@@ -67,7 +70,11 @@ Status Engine::prefill(std::span<const PrefillInput> inputs) {
     WEFT_RETURN_IF_ERROR(forward(model_, backend_, std::span<const SequenceRows>(batch)));
     size_t b = 0;
     for (Pending& p : pending)
-      if (b < batch.size() && batch[b].state == p.state) p.done += batch[b++].n;
+      if (b < batch.size() && batch[b].state == p.state) {
+        p.done += batch[b].n;
+        done += batch[b++].n;
+      }
+    if (progress) progress(done, total);
     std::erase_if(pending, [](const Pending& p) { return p.done == p.in->n; });
   }
   return Status();

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -62,7 +63,9 @@ class Engine {
 
   // Feeds each input's tokens to its sequence. Rows of several sequences share forward calls of
   // up to prefill_batch rows; each sequence's prompt is cut only at multiples of kPrefillChunk.
-  Status prefill(std::span<const PrefillInput> inputs);
+  // progress (optional) is called after every forward call with (rows done, rows in all).
+  Status prefill(std::span<const PrefillInput> inputs,
+                 const std::function<void(int64_t done, int64_t total)>& progress = nullptr);
   // One token for each listed sequence, all in one forward call.
   Status decode(std::span<const DecodeInput> inputs);
   // n rows of one sequence in one call with decode numerics; logits [n, V] equal n decode steps.
