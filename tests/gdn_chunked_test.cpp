@@ -1,6 +1,7 @@
-// Tests of the chunked gated delta rule (kernels/cpu/gdn_chunked.h): accuracy against a float64
-// recurrence and against the token-by-token gdn_recurrent, state carried across calls, and the
-// determinism contract (split invariance at chunk multiples, thread count, AVX2 vs scalar).
+// Tests of the gated delta rule kernels: the chunked form (kernels/cpu/gdn_chunked.h) for accuracy
+// against a float64 recurrence and the token-by-token gdn_recurrent, state carried across calls,
+// and its determinism contract (split invariance at chunk multiples, thread count, AVX2 vs
+// scalar); and gdn_recurrent's AVX2 path against its scalar code, bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -309,6 +310,17 @@ TEST(GdnChunked, PrimitivesAvx2MatchScalar) {
 
   std::mt19937 rng(fresh_seed());
   std::normal_distribution<float> nd;
+  for (int64_t rows : {1, 7, 8, 9, 64}) {
+    for (int64_t cols : {1, 8, 13, 128}) {
+      std::vector<float> src(size_t(rows * (cols + 5)));
+      for (auto& e : src) e = nd(rng);
+      std::vector<float> ds(size_t(cols * (rows + 3)), 0.0f), dv = ds;
+      s.transpose(src.data(), cols + 5, ds.data(), rows + 3, rows, cols);
+      v.transpose(src.data(), cols + 5, dv.data(), rows + 3, rows, cols);
+      EXPECT_TRUE(same_bits(ds, dv)) << rows << "x" << cols;
+      EXPECT_EQ(ds[size_t((cols - 1) * (rows + 3) + rows - 1)], src[size_t((rows - 1) * (cols + 5) + cols - 1)]);
+    }
+  }
   for (int64_t M : {1, 2, 5, 6, 7, 13, 64}) {
     for (int64_t N : {1, 7, 8, 9, 16, 24, 63, 64, 65, 128, 130}) {
       for (int64_t K : {0, 1, 5, 64}) {
@@ -322,6 +334,24 @@ TEST(GdnChunked, PrimitivesAvx2MatchScalar) {
         v.gemm_acc(Cv.data(), ldc, A.data(), lda, B.data(), ldb, M, N, K);
         EXPECT_TRUE(same_bits(Cs, Cv)) << M << "x" << N << "x" << K;
       }
+    }
+  }
+}
+
+// The token-by-token kernel's AVX2 path against its scalar code (golden_test checks the same
+// through whole models): decode (T = 1) and longer runs, column blocks of 64, 8 and the tail.
+TEST(GdnRecurrent, Avx2MatchesScalarBitForBit) {
+  if (!cpu_features().has_avx2_fma_f16c()) GTEST_SKIP() << "no AVX2";
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  ThreadPool pool2(2);
+  for (const Shape& sh : {kQwen35, kGqa, kOdd, Shape{1, 3, 8, 64}, Shape{1, 1, 3, 5}, Shape{2, 2, 16, 84}}) {
+    for (int64_t T : {1, 2, 130}) {
+      Problem p = make_problem(sh, T, seed + uint32_t(T), -8, 0.5f);
+      const Result s = run(gdn_recurrent_scalar, p);
+      const Result v = run(gdn_recurrent_avx2, p, &pool2);
+      EXPECT_TRUE(same_bits(v.out, s.out)) << "T=" << T << " dv=" << sh.dv;
+      EXPECT_TRUE(same_bits(v.state, s.state)) << "T=" << T << " dv=" << sh.dv;
     }
   }
 }

@@ -14,7 +14,7 @@
 
 // The AVX2 twin uses explicit fma only; a multiply followed by an add must stay two roundings in
 // both files, so no contraction here either (it matters only if this file is built with FMA).
-#pragma GCC optimize("fp-contract=off")
+#pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic")
 
 namespace weft {
 
@@ -61,7 +61,12 @@ void gemm_acc_scalar(float* C, int64_t ldc, const float* A, int64_t lda, const f
   }
 }
 
-const GdnChunkedOps kScalarOps = {gemm_acc_scalar, exp_n_scalar};
+void transpose_scalar(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+}
+
+const GdnChunkedOps kScalarOps = {gemm_acc_scalar, exp_n_scalar, transpose_scalar};
 
 // Per-thread buffers of one head's chunk (sizes for L <= kGdnChunk).
 struct ChunkScratch {
@@ -105,6 +110,15 @@ void run_chunk(const GdnRecurrentArgs& a, const GdnChunkedOps& ops, ChunkScratch
   const float* k0 = a.k + t0 * ld_in + kh * dk;
   const float* v0 = a.v + t0 * a.v_stride + j * dv;
   float* out0 = a.out + (t0 * a.n_v + j) * dv;
+  // The inputs are rows strided by a whole token (tens of KiB apart): ask for the next chunk's
+  // rows now (into L2: they would not fit L1) so that their cache misses overlap this chunk's arithmetic.
+  for (int64_t i = L; i < std::min(2 * L, a.T - t0); ++i) {
+    for (int64_t off = 0; off < dk; off += 16) {
+      __builtin_prefetch(q0 + i * ld_in + off, 0, 2);
+      __builtin_prefetch(k0 + i * ld_in + off, 0, 2);
+    }
+    for (int64_t off = 0; off < dv; off += 16) __builtin_prefetch(v0 + i * a.v_stride + off, 0, 2);
+  }
   auto g_at = [&](int64_t i) { return a.g[(t0 + i) * a.n_v + j]; };
   auto beta_at = [&](int64_t i) { return a.beta[(t0 + i) * a.n_v + j]; };
 
@@ -132,8 +146,7 @@ void run_chunk(const GdnRecurrentArgs& a, const GdnChunkedOps& ops, ChunkScratch
 
   // Kᵀ, then G = K Kᵀ and P = Q Kᵀ on the lower block triangle (columns < slab end).
   float* __restrict kt = s.kt.data();
-  for (int64_t i = 0; i < L; ++i)
-    for (int64_t r = 0; r < dk; ++r) kt[r * L + i] = k0[i * ld_in + r];
+  ops.transpose(k0, ld_in, kt, L, L, dk);
   for (int64_t i0 = 0; i0 < L; i0 += kSlab) {
     const int64_t rows = std::min(kSlab, L - i0), cols = std::min(L, i0 + kSlab);
     for (int64_t i = i0; i < i0 + rows; ++i) {
@@ -159,13 +172,14 @@ void run_chunk(const GdnRecurrentArgs& a, const GdnChunkedOps& ops, ChunkScratch
   for (int64_t i = 0; i < L; ++i) {
     const float* k = k0 + i * ld_in;
     const float* q = q0 + i * ld_in;
-    const float fk = beta_at(i) * eg[i], fq = eg[i], fl = el[i];
+    const float fk = beta_at(i) * eg[i], fq = eg[i];
     for (int64_t r = 0; r < dk; ++r) {
       kbn[i * dk + r] = -(fk * k[r]);
       qd[i * dk + r] = fq * q[r];
-      klt[r * L + i] = fl * k[r];
     }
   }
+  for (int64_t r = 0; r < dk; ++r)
+    for (int64_t i = 0; i < L; ++i) klt[r * L + i] = el[i] * kt[r * L + i];
 
   // δ: right-hand side βV − diag(βe^γ) K S0, then forward substitution row by row.
   float* __restrict delta = s.delta.data();

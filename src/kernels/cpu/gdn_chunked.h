@@ -69,6 +69,8 @@ struct GdnChunkedOps {
                    int64_t M, int64_t N, int64_t K);
   // y[i] = exp(x[i]) by the fixed polynomial; 0 for x < -87 (and for -inf).
   void (*exp_n)(const float* x, float* y, int64_t n);
+  // dst[c*ldd + r] = src[r*lds + c] for r < rows, c < cols (exact; here for speed only).
+  void (*transpose)(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t rows, int64_t cols);
 };
 const GdnChunkedOps& gdn_chunked_ops_scalar();
 const GdnChunkedOps& gdn_chunked_ops_avx2();  // only when cpu_features().has_avx2_fma_f16c()

@@ -118,7 +118,40 @@ void exp_n_avx2(const float* x, float* y, int64_t n) {
   }
 }
 
-const GdnChunkedOps kAvx2Ops = {gemm_acc_avx2, exp_n_avx2};
+// 8x8 blocks through registers; the edges one element at a time.
+void transpose_avx2(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t rows, int64_t cols) {
+  const int64_t r8 = rows & ~int64_t(7), c8 = cols & ~int64_t(7);
+  for (int64_t r0 = 0; r0 < r8; r0 += 8) {
+    for (int64_t c0 = 0; c0 < c8; c0 += 8) {
+      __m256 x[8], t[8];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) x[i] = _mm256_loadu_ps(src + (r0 + i) * lds + c0);
+#pragma GCC unroll 4
+      for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(x[i], x[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(x[i], x[i + 1]);
+      }
+#pragma GCC unroll 2
+      for (int h = 0; h < 8; h += 4) {
+        x[h + 0] = _mm256_shuffle_ps(t[h + 0], t[h + 2], 0x44);
+        x[h + 1] = _mm256_shuffle_ps(t[h + 0], t[h + 2], 0xEE);
+        x[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0x44);
+        x[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0xEE);
+      }
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        _mm256_storeu_ps(dst + (c0 + i) * ldd + r0, _mm256_permute2f128_ps(x[i], x[i + 4], 0x20));
+        _mm256_storeu_ps(dst + (c0 + i + 4) * ldd + r0, _mm256_permute2f128_ps(x[i], x[i + 4], 0x31));
+      }
+    }
+    for (int64_t r = r0; r < r0 + 8; ++r)
+      for (int64_t c = c8; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+  }
+  for (int64_t r = r8; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+}
+
+const GdnChunkedOps kAvx2Ops = {gemm_acc_avx2, exp_n_avx2, transpose_avx2};
 
 }  // namespace
 
