@@ -66,12 +66,18 @@ double flops_chunked(int64_t T, int64_t dk, int64_t dv) {
   double f = 0;
   for (int64_t t0 = 0; t0 < T; t0 += kGdnChunk) {
     const int64_t L = std::min(kGdnChunk, T - t0);
-    double tri = 0;  // elements of the lower block triangle in slabs of 8 rows
-    for (int64_t i0 = 0; i0 < L; i0 += 8) tri += double(std::min<int64_t>(8, L - i0)) * std::min(L, i0 + 8);
-    f += 2 * 2 * tri * dk;                  // K Kᵀ and Q Kᵀ
+    // Slabs of 6 rows (gdn_chunked_driver.h): K Kᵀ and Q Kᵀ take columns up to the slab end
+    // rounded up to 16, M δ a depth up to the slab end.
+    double tri_g = 0, tri_m = 0;
+    for (int64_t i0 = 0; i0 < L; i0 += 6) {
+      const double rows = double(std::min<int64_t>(6, L - i0));
+      tri_g += rows * double(std::min(L, (i0 + 6 + 15) & ~int64_t(15)));
+      tri_m += rows * double(std::min(L, i0 + 6));
+    }
+    f += 2 * 2 * tri_g * dk;                // K Kᵀ and Q Kᵀ
     f += 3 * 2.0 * L * dk * dv;             // K S0, Q S0, state update
     f += 2.0 * dv * (L * (L - 1) / 2);      // forward substitution
-    f += 2 * tri * dv;                      // M δ
+    f += 2 * tri_m * dv;                    // M δ
     f += double(dk) * dv + 3.0 * L * dk + 2.0 * L * L + L * dv;  // scalings
   }
   return f;

@@ -36,10 +36,11 @@
 //   G_ij, P_ij  = chain over r of k_i[r]·k_j[r] (resp. q_i[r]·k_j[r]) from +0
 //   δ_i[c]      = from β_i·v_i[c]: chain over r of −(β_i e^γ_i k_i[r])·S0[r][c], then over j < i
 //                 of −((β_i E_ij)·G_ij)·δ_j[c]
-//   O_i[c]      = from +0: chain over r of (e^γ_i q_i[r])·S0[r][c], then over j < 8·(i/8 + 1)
+//   O_i[c]      = from +0: chain over r of (e^γ_i q_i[r])·S0[r][c], then over j < 6·(i/6 + 1)
 //                 (and j < L) of (E_ij·P_ij)·δ_j[c] (zero above the diagonal)
 //   S'[r][c]    = from e^γ_{L-1}·S0[r][c]: chain over i of (e^(γ_{L-1}−γ_i)·k_i[r])·δ_i[c]
 // and exponentials use one polynomial exp (gdn_chunked.cpp) written the same way in both paths.
+// Every scaling above is one rounded multiply in the order written, e.g. (β_i E_ij)·G_ij.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
-// AVX2/FMA primitives of the chunked gated delta rule: the register-tiled matrix product and the
-// polynomial exp, lane for lane the operations of the scalar twin in gdn_chunked.cpp. Tiles only
+// AVX2/FMA path of the chunked gated delta rule: the register-tiled matrix product, the
+// polynomial exp (lane for lane the operations of the scalar twin in gdn_chunked.cpp), an 8x8
+// transpose, and the AVX2 instance of the shared chunk driver (gdn_chunked_driver.h). Tiles only
 // choose which output elements are computed together; each element is still one fma chain in
 // increasing reduction index, so the results are bit-identical to the scalar path.
 #include <immintrin.h>
@@ -10,7 +11,9 @@
 #include "kernels/cpu/gdn_chunked.h"
 
 // No implicit contraction of a multiply and an add into one fma: the scalar twin rounds twice.
-#pragma GCC optimize("fp-contract=off")
+#pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic")
+
+#include "kernels/cpu/gdn_chunked_driver.h"
 
 namespace weft {
 
@@ -153,8 +156,21 @@ void transpose_avx2(const float* src, int64_t lds, float* dst, int64_t ldd, int6
 
 const GdnChunkedOps kAvx2Ops = {gemm_acc_avx2, exp_n_avx2, transpose_avx2};
 
+struct Avx2Ops {
+  static void gemm_acc(float* C, int64_t ldc, const float* A, int64_t lda, const float* B, int64_t ldb, int64_t M,
+                       int64_t N, int64_t K) {
+    gemm_acc_avx2(C, ldc, A, lda, B, ldb, M, N, K);
+  }
+  static void exp_n(const float* x, float* y, int64_t n) { exp_n_avx2(x, y, n); }
+  static void transpose(const float* src, int64_t lds, float* dst, int64_t ldd, int64_t rows, int64_t cols) {
+    transpose_avx2(src, lds, dst, ldd, rows, cols);
+  }
+};
+
 }  // namespace
 
 const GdnChunkedOps& gdn_chunked_ops_avx2() { return kAvx2Ops; }
+
+void gdn_chunked_avx2(const GdnRecurrentArgs& a, ThreadPool* pool) { gdn_chunked_run<Avx2Ops>(a, pool); }
 
 }  // namespace weft
