@@ -11,6 +11,10 @@
 // 1/sqrt(dk); g <= 0 (log decay; a positive g is accepted but each chunk's decay must then stay
 // below e^88); beta in [0, 1]; out must not alias q, k, v, g, beta or state.
 // Decode (T = 1) should stay on gdn_recurrent: a one-token chunk is correct but does extra work.
+// Wiring (not done yet; forward.cpp gdn_layer): `if (T > 1) gdn_chunked(args, pool); else
+// gdn_recurrent(args, pool);`. The results differ from gdn_recurrent's in the last bits (both are
+// within ~4e-7 of float64), so this changes the strict tier: re-record the golden tests. Keep
+// Session's prefill batch (default 128) a multiple of 64 so that logits do not depend on it.
 //
 // Split-invariance contract: a call processes its tokens in chunks of kGdnChunk = 64 counted
 // from its own first token (the last chunk may be shorter). Outputs and final state depend only
