@@ -211,6 +211,32 @@ TEST(GdnChunked, AccuracyAgainstFloat64AndRecurrent) {
   std::printf("  worst chunked relative error vs float64: %.2e\n", worst_chunked);
 }
 
+// Hard cases for the triangular solve: every key equal (A_ij = β_i for all j < i) or few distinct
+// keys, no decay, β near 1; and the strongest decay (every factor underflows to 0 past a token).
+TEST(GdnChunked, AccuracyOnRepeatedKeysAndExtremeDecay) {
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (int variant = 0; variant < 3; ++variant) {
+    Problem p = make_problem(kQwen35, 300, seed + uint32_t(variant), -8, 0.1f);
+    const int64_t nkd = p.sh.n_k * p.sh.dk;
+    for (int64_t t = 0; t < p.T; ++t) {
+      const int64_t src = variant == 0 ? 0 : variant == 1 ? t % 3 : t;  // which token's key to reuse
+      std::memcpy(p.k() + t * p.stride, p.k() + src * p.stride, size_t(nkd) * sizeof(float));
+      p.g[size_t(t)] = variant == 2 ? -80.0f : 0.0f;
+      p.beta[size_t(t)] = variant == 2 ? 0.5f : 0.999f;
+    }
+    const Reference ref = reference(p);
+    const Result ch = run(gdn_chunked, p);
+    const Result rec = run(gdn_recurrent, p);
+    const double e_out = rel_err(ch.out, ref.out), e_st = rel_err(ch.state, ref.state);
+    std::printf("  %s: chunked out %.2e state %.2e | recurrent out %.2e state %.2e\n",
+                variant == 0 ? "one key, g=0, beta=.999   " : variant == 1 ? "three keys, g=0, beta=.999" : "g=-80 (decay 1.8e-35)    ",
+                e_out, e_st, rel_err(rec.out, ref.out), rel_err(rec.state, ref.state));
+    EXPECT_LT(e_out, 1e-5);
+    EXPECT_LT(e_st, 1e-5);
+  }
+}
+
 // State carried in from a previous call, and from a previous call of the recurrent kernel.
 TEST(GdnChunked, StateCarriedAcrossCalls) {
   const uint32_t seed = fresh_seed();
