@@ -125,14 +125,18 @@ void run_chunk(const GdnRecurrentArgs& a, ChunkScratch& s, int64_t j, int64_t t0
     Ops::gemm_acc(s.gk + i0 * L, L, k0 + i0 * ld_in, ld_in, kt, L, rows, cols, dk);
     Ops::gemm_acc(s.pq + i0 * L, L, q0 + i0 * ld_in, ld_in, kt, L, rows, cols, dk);
   }
-  // −A (strictly lower) and M (lower, zero above).
+  // −A (strictly lower) and M (lower, zero above); only computed entries of G and P are read.
   for (int64_t i = 0; i < L; ++i) {
     const float b = beta_at(i);
-    for (int64_t jj = 0; jj < L; ++jj) {
-      const size_t ij = size_t(i * L + jj);
-      s.an[ij] = jj < i ? -((b * s.e[ij]) * s.gk[ij]) : 0.0f;
-      s.m[ij] = jj <= i ? s.e[ij] * s.pq[ij] : 0.0f;
-    }
+    const float* __restrict e = s.e + i * L;
+    const float* __restrict gk = s.gk + i * L;
+    const float* __restrict pq = s.pq + i * L;
+    float* __restrict an = s.an + i * L;
+    float* __restrict m = s.m + i * L;
+    for (int64_t jj = 0; jj < i; ++jj) an[jj] = -((b * e[jj]) * gk[jj]);
+    for (int64_t jj = 0; jj <= i; ++jj) m[jj] = e[jj] * pq[jj];
+    std::memset(an + i, 0, size_t(L - i) * sizeof(float));
+    std::memset(m + i + 1, 0, size_t(L - i - 1) * sizeof(float));
   }
   // Row-scaled keys and queries.
   float* __restrict kbn = s.kbn;
