@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <cstring>
 #include <iterator>
-#include <limits>
 #include <memory>
 
 #include "core/thread_pool.h"
@@ -102,16 +101,14 @@ void run_chunk(const GdnRecurrentArgs& a, ChunkScratch& s, int64_t j, int64_t t0
   const float* eg = s.xout;
   const float* el = s.xout + L;
   const float eglast = s.xout[(2 * L)];
-  // Pairwise decays E_ij = e^(γ_i − γ_j), j <= i (−inf above the diagonal gives 0).
-  // Two plain loops per row (no branch inside) so that the compiler vectorises the first.
+  // Pairwise decays E_ij = e^(γ_i − γ_j) for j <= i (the rest of E is never read).
   for (int64_t i = 0; i < L; ++i) {
     float* __restrict d = s.dexp + i * L;
     const double* __restrict gam = s.gamma;
     const double gi = gam[i];
-    for (int64_t jj = 0; jj < L; ++jj) d[jj] = float(gi - gam[jj]);
-    for (int64_t jj = i + 1; jj < L; ++jj) d[jj] = -std::numeric_limits<float>::infinity();
+    for (int64_t jj = 0; jj <= i; ++jj) d[jj] = float(gi - gam[jj]);
+    Ops::exp_n(d, s.e + i * L, i + 1);
   }
-  Ops::exp_n(s.dexp, s.e, L * L);
 
   // Kᵀ, then G = K Kᵀ and P = Q Kᵀ on the lower block triangle (columns < slab end).
   float* __restrict kt = s.kt;
