@@ -39,6 +39,7 @@ double cpu_s() {
 }
 
 // FMA throughput of one core: 12 independent chains of 8-lane fused multiply-adds.
+#if defined(__x86_64__)
 __attribute__((target("avx2,fma"))) double peak_gflops_one_core() {
   typedef float v8 __attribute__((vector_size(32)));
   v8 acc[12];
@@ -56,6 +57,9 @@ __attribute__((target("avx2,fma"))) double peak_gflops_one_core() {
   if (sink == 12345.0f) std::printf(" ");
   return double(iters) * 12 * 16 / dt * 1e-9;
 }
+#else
+double peak_gflops_one_core() { return 0.0; }
+#endif
 
 // FLOPs (multiply-add = 2) of one value head over T tokens.
 double flops_recurrent(int64_t T, int64_t dk, int64_t dv) {
