@@ -1,0 +1,245 @@
+// Quantized-weight matrix products: the activation quantizer, the scalar dot-product twins that
+// fix the order of quant_matmul.h's contract, and the threaded driver shared by both paths.
+#include "kernels/cpu/quant_matmul.h"
+
+#include <cassert>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "core/cpu_features.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quant_blocks.h"
+
+namespace weft {
+
+namespace {
+
+// Activation q8_0: the scale is stored as f16 and the codes are computed against that stored
+// scale (not the f32 one), so each value is off by at most half a step of the scale actually
+// used. |x| / d16 <= 127 * (1 + 2^-11) < 127.5, so the clamp never bites for finite input; it
+// keeps the codes in [-127, 127] (never -128) for the sign trick of the AVX2 kernels.
+void quantize_activations_q8_0(const float* x, int64_t K, BlockQ8_0* y) {
+  for (int64_t b = 0; b < K / kQK32; ++b, x += kQK32) {
+    float amax = 0;
+    for (int i = 0; i < kQK32; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+    y[b].d = f32_to_f16(amax / 127.0f);
+    const float d = f16_to_f32(y[b].d);
+    const float id = d > 0 ? 1.0f / d : 0.0f;
+    for (int i = 0; i < kQK32; ++i) {
+      const float v = x[i] * id;
+      y[b].qs[i] = int8_t(!(v >= -127.0f) ? -127 : v >= 127.0f ? 127 : int(std::lround(v)));
+    }
+  }
+}
+
+// The contract's final reduction of 8 lanes (matmul.h's order).
+float reduce_lanes(const float acc[8]) {
+  float s4[4], s2[2];
+  for (int i = 0; i < 4; ++i) s4[i] = acc[i] + acc[i + 4];
+  for (int i = 0; i < 2; ++i) s2[i] = s4[i] + s4[i + 2];
+  return s2[0] + s2[1];
+}
+
+// q8_0 / q4_0 weights: the 32 integer codes of block b of a row (q4_0 already minus 8).
+inline void block_codes(GgmlType wtype, const uint8_t* row, int64_t b, int* q, float* dw) {
+  if (wtype == GgmlType::kQ8_0) {
+    const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
+    *dw = f16_to_f32(blk->d);
+    for (int i = 0; i < 32; ++i) q[i] = blk->qs[i];
+  } else {
+    const auto* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
+    *dw = f16_to_f32(blk->d);
+    for (int i = 0; i < 16; ++i) {
+      q[i] = (blk->qs[i] & 0xF) - 8;
+      q[i + 16] = (blk->qs[i] >> 4) - 8;
+    }
+  }
+}
+
+template <GgmlType W>
+void dot_rows_q32_scalar(const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* xq,
+                         int64_t K, float* out) {
+  const auto* xb = reinterpret_cast<const BlockQ8_0*>(xq);
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* row = w + size_t(r) * row_bytes;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t b = 0; b < K / kQK32; ++b) {
+      int q[32];
+      float dw;
+      block_codes(W, row, b, q, &dw);
+      const float s = dw * f16_to_f32(xb[b].d);
+      for (int j = 0; j < 8; ++j) {
+        int isum = 0;
+        for (int i = 4 * j; i < 4 * j + 4; ++i) isum += q[i] * xb[b].qs[i];
+        acc[j] = std::fma(float(isum), s, acc[j]);
+      }
+    }
+    out[r] = reduce_lanes(acc);
+  }
+}
+
+// q4_K / q5_K: 8 sub-blocks of 32 with 6-bit scales and mins; q5_K adds a fifth bit from qh.
+template <GgmlType W>
+void dot_rows_k4_scalar(const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* xq,
+                        int64_t K, float* out) {
+  using Block = std::conditional_t<W == GgmlType::kQ4_K, BlockQ4_K, BlockQ5_K>;
+  const auto* xb = reinterpret_cast<const BlockQ8_K*>(xq);
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto* wb = reinterpret_cast<const Block*>(w + size_t(r) * row_bytes);
+    float acc = 0;
+    for (int64_t b = 0; b < K / kQK_K; ++b) {
+      uint8_t sc[8], m[8];
+      unpack_scales_k4(wb[b].scales, sc, m);
+      int32_t S = 0, M = 0;
+      for (int s = 0; s < 8; ++s) {
+        const int c = s / 2, shift = 4 * (s & 1);
+        int32_t isum = 0;
+        for (int l = 0; l < 32; ++l) {
+          int q = (wb[b].qs[32 * c + l] >> shift) & 0xF;
+          if constexpr (W == GgmlType::kQ5_K) q |= ((wb[b].qh[l] >> s) & 1) << 4;
+          isum += q * xb[b].qs[32 * s + l];
+        }
+        S += int32_t(sc[s]) * isum;
+        M += int32_t(m[s]) * (xb[b].bsums[2 * s] + xb[b].bsums[2 * s + 1]);
+      }
+      acc = std::fma(float(S), f16_to_f32(wb[b].d) * xb[b].d, acc);
+      acc = std::fma(float(-M), f16_to_f32(wb[b].dmin) * xb[b].d, acc);
+    }
+    out[r] = acc;
+  }
+}
+
+void dot_rows_q6_K_scalar(const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* xq,
+                          int64_t K, float* out) {
+  const auto* xb = reinterpret_cast<const BlockQ8_K*>(xq);
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto* wb = reinterpret_cast<const BlockQ6_K*>(w + size_t(r) * row_bytes);
+    float acc = 0;
+    for (int64_t b = 0; b < K / kQK_K; ++b) {
+      int32_t isum[16] = {};
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* ql = wb[b].ql + 64 * h;
+        const uint8_t* qh = wb[b].qh + 32 * h;
+        for (int i = 0; i < 4; ++i) {
+          for (int l = 0; l < 32; ++l) {
+            const uint8_t lowbyte = ql[l + 32 * (i & 1)];
+            const int q = ((i < 2 ? lowbyte & 0xF : lowbyte >> 4) | ((qh[l] >> (2 * i)) & 3) << 4) - 32;
+            const int e = 128 * h + 32 * i + l;
+            isum[e / 16] += q * xb[b].qs[e];
+          }
+        }
+      }
+      int32_t S = 0;
+      for (int s = 0; s < 16; ++s) S += int32_t(wb[b].scales[s]) * isum[s];
+      acc = std::fma(float(S), f16_to_f32(wb[b].d) * xb[b].d, acc);
+    }
+    out[r] = acc;
+  }
+}
+
+
+
+// The driver shared by both paths: quantize each token's activations once, then fixed row tasks,
+// each computing whole dot products with `dot`.
+void run_quant_matmul(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
+                      int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool,
+                      QuantDotRowsFn dot) {
+  if (N <= 0 || T <= 0 || K <= 0) return;
+  assert(K % ggml_block_size(wtype) == 0);
+  const size_t xq_bytes = ggml_row_bytes(activation_type(wtype), K);
+  thread_local std::vector<uint8_t> xq_scratch;  // the calling thread's; reused across calls
+  if (xq_scratch.size() < size_t(T) * xq_bytes) xq_scratch.resize(size_t(T) * xq_bytes);
+  for (int64_t t = 0; t < T; ++t) quantize_activations(wtype, x + t * ldx, K, xq_scratch.data() + size_t(t) * xq_bytes);
+  // Workers must not name the thread_local (they would see their own): pass the pointer.
+  const uint8_t* xq = xq_scratch.data();
+  const auto* wbytes = static_cast<const uint8_t*>(w);
+  const size_t row_bytes = ggml_row_bytes(wtype, K);
+  int64_t rows_per_task = kQuantRowsPerTask;
+  if (T == 1)
+    while (size_t(rows_per_task) * row_bytes < size_t(kQuantDecodeTaskBytes)) rows_per_task *= 2;
+  auto task = [&](int64_t i) {
+    const int64_t n0 = i * rows_per_task;
+    const int64_t n1 = n0 + rows_per_task < N ? n0 + rows_per_task : N;
+    const uint8_t* wt = wbytes + size_t(n0) * row_bytes;
+    if (T == 1) {
+      dot(wt, row_bytes, n1 - n0, xq, K, out + n0);
+      return;
+    }
+    thread_local std::vector<float> tmp;  // this worker's
+    if (tmp.size() < size_t(n1 - n0)) tmp.resize(size_t(n1 - n0));
+    for (int64_t t = 0; t < T; ++t) {
+      dot(wt, row_bytes, n1 - n0, xq + size_t(t) * xq_bytes, K, tmp.data());
+      for (int64_t n = n0; n < n1; ++n) out[t * ldo + n] = tmp[size_t(n - n0)];
+    }
+  };
+  const int64_t n_tasks = ceil_div(N, rows_per_task);
+  // Tiny products are not worth waking the workers; values do not depend on this choice.
+  if (pool != nullptr && pool->size() > 1 && n_tasks > 1 && N * K * T >= 32768) {
+    pool->parallel_for(n_tasks, task);
+  } else {
+    for (int64_t i = 0; i < n_tasks; ++i) task(i);
+  }
+}
+
+bool is_plain(GgmlType t) { return t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16; }
+
+}  // namespace
+
+GgmlType activation_type(GgmlType wtype) {
+  switch (wtype) {
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K: return GgmlType::kQ8_K;
+    default: return GgmlType::kQ8_0;
+  }
+}
+
+void quantize_activations(GgmlType wtype, const float* x, int64_t K, uint8_t* dst) {
+  if (activation_type(wtype) == GgmlType::kQ8_K) {
+    quantize_row_q8_K(x, reinterpret_cast<BlockQ8_K*>(dst), K);
+  } else {
+    quantize_activations_q8_0(x, K, reinterpret_cast<BlockQ8_0*>(dst));
+  }
+}
+
+QuantDotRowsFn quant_dot_rows_scalar(GgmlType wtype) {
+  switch (wtype) {
+    case GgmlType::kQ8_0: return dot_rows_q32_scalar<GgmlType::kQ8_0>;
+    case GgmlType::kQ4_0: return dot_rows_q32_scalar<GgmlType::kQ4_0>;
+    case GgmlType::kQ4_K: return dot_rows_k4_scalar<GgmlType::kQ4_K>;
+    case GgmlType::kQ5_K: return dot_rows_k4_scalar<GgmlType::kQ5_K>;
+    case GgmlType::kQ6_K: return dot_rows_q6_K_scalar;
+    default: return nullptr;
+  }
+}
+
+void quant_matmul_scalar(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
+                         int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool) {
+  if (is_plain(wtype)) {
+    matmul_scalar(*ggml_type_to_dtype(wtype), w, N, K, x, ldx, T, out, ldo, pool);
+    return;
+  }
+  run_quant_matmul(wtype, w, N, K, x, ldx, T, out, ldo, pool, quant_dot_rows_scalar(wtype));
+}
+
+void quant_matmul_avx2(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
+                       int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool) {
+  if (is_plain(wtype)) {
+    matmul_avx2(*ggml_type_to_dtype(wtype), w, N, K, x, ldx, T, out, ldo, pool);
+    return;
+  }
+  run_quant_matmul(wtype, w, N, K, x, ldx, T, out, ldo, pool, quant_dot_rows_avx2(wtype));
+}
+
+void quant_matmul(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
+                  int64_t T, float* out, int64_t ldo, ThreadPool* pool) {
+  if (use_avx2()) {
+    quant_matmul_avx2(wtype, w, N, K, x, ldx, T, out, ldo, pool);
+  } else {
+    quant_matmul_scalar(wtype, w, N, K, x, ldx, T, out, ldo, pool);
+  }
+}
+
+}  // namespace weft

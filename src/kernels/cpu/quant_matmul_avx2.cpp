@@ -1,0 +1,184 @@
+// AVX2 integer dot products of GGML weight blocks with 8-bit activation blocks, in the exact
+// order of quant_matmul.h (the scalar twins in quant_matmul.cpp define it).
+//
+// Integer part: _mm256_maddubs_epi16 multiplies unsigned by signed bytes and adds pairs into
+// int16. q8_0 / q4_0 codes are signed, so the sign of w moves onto x (|w| * sign(x, w)); that
+// cannot saturate since |w| <= 128 and |x| <= 127 (2 * 128 * 127 < 32767). k-quant codes are
+// unsigned (<= 63) and go in directly. _mm256_madd_epi16 then adds int16 pairs into int32 lanes,
+// with ones (q8_0 / q4_0: lane j = elements 4j..4j+3 of the block, the contract's I[b][j]) or
+// with the sub-block scales (k-quants, whose per-super-block sums are exact, so any order works).
+#include <immintrin.h>
+
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/cpu/quant_blocks.h"
+#include "kernels/cpu/quant_matmul.h"
+
+namespace weft {
+
+namespace {
+
+inline float reduce8(__m256 v) {
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+  return _mm_cvtss_f32(s1);
+}
+
+inline int32_t hsum_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(s);
+}
+
+inline float f16(uint16_t h) { return _cvtsh_ss(h); }  // exact, like f16_to_f32
+
+// The 32 signed codes of a q8_0 / q4_0 block (q4_0: nibbles minus 8, element order kept).
+template <GgmlType W>
+inline __m256i load_codes(const uint8_t* blk) {
+  if constexpr (W == GgmlType::kQ8_0) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+  } else {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), _mm_and_si128(raw, m4));
+    return _mm256_sub_epi8(q, _mm256_set1_epi8(8));
+  }
+}
+
+// R rows of q8_0 / q4_0 at once: R independent FMA chains hide the FMA latency and share the
+// activation loads.
+template <GgmlType W, int R>
+void dot_q32_group(const uint8_t* w, size_t row_bytes, const BlockQ8_0* xb, int64_t nb, float* out) {
+  constexpr size_t kBlockBytes = W == GgmlType::kQ8_0 ? 34 : 18;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[b].qs));
+    const float dx = f16(xb[b].d);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* blk = w + size_t(r) * row_bytes + size_t(b) * kBlockBytes;
+      uint16_t dw_bits;
+      std::memcpy(&dw_bits, blk, 2);
+      const __m256i wv = load_codes<W>(blk);
+      const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
+      const __m256i p32 = _mm256_madd_epi16(p16, ones);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), _mm256_set1_ps(f16(dw_bits) * dx), acc[r]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) out[r] = reduce8(acc[r]);
+}
+
+template <GgmlType W>
+void dot_rows_q32(const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* xq, int64_t K, float* out) {
+  const auto* xb = reinterpret_cast<const BlockQ8_0*>(xq);
+  const int64_t nb = K / kQK32;
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4) dot_q32_group<W, 4>(w + size_t(r) * row_bytes, row_bytes, xb, nb, out + r);
+  for (; r < rows; ++r) dot_q32_group<W, 1>(w + size_t(r) * row_bytes, row_bytes, xb, nb, out + r);
+}
+
+// q4_K / q5_K: per 64-value chunk c, 32 bytes of nibbles hold sub-blocks 2c (low) and 2c+1
+// (high); q5_K ORs in 16 where bit s of qh[l] is set.
+template <GgmlType W>
+void dot_rows_k4(const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* xq, int64_t K, float* out) {
+  using Block = std::conditional_t<W == GgmlType::kQ4_K, BlockQ4_K, BlockQ5_K>;
+  const auto* xb = reinterpret_cast<const BlockQ8_K*>(xq);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i b16 = _mm256_set1_epi8(0x10);
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto* wb = reinterpret_cast<const Block*>(w + size_t(r) * row_bytes);
+    float acc = 0;
+    for (int64_t b = 0; b < K / kQK_K; ++b) {
+      uint8_t sc[8], m[8];
+      unpack_scales_k4(wb[b].scales, sc, m);
+      __m256i hbits;
+      if constexpr (W == GgmlType::kQ5_K) hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].qh));
+      __m256i isum = _mm256_setzero_si256();
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].qs + 32 * c));
+        __m256i lo = _mm256_and_si256(q, m4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if constexpr (W == GgmlType::kQ5_K) {
+          const __m256i bl = _mm256_set1_epi8(char(1 << (2 * c)));
+          const __m256i bh = _mm256_set1_epi8(char(1 << (2 * c + 1)));
+          lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, bl), bl), b16));
+          hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, bh), bh), b16));
+        }
+        const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[b].qs + 64 * c));
+        const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[b].qs + 64 * c + 32));
+        const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), _mm256_set1_epi16(sc[2 * c]));
+        const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), _mm256_set1_epi16(sc[2 * c + 1]));
+        isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
+      }
+      const int32_t S = hsum_epi32(isum);
+      int32_t M = 0;
+      for (int s = 0; s < 8; ++s) M += int32_t(m[s]) * (xb[b].bsums[2 * s] + xb[b].bsums[2 * s + 1]);
+      acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(float(S)), _mm_set_ss(f16(wb[b].d) * xb[b].d), _mm_set_ss(acc)));
+      acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(float(-M)), _mm_set_ss(f16(wb[b].dmin) * xb[b].d), _mm_set_ss(acc)));
+    }
+    out[r] = acc;
+  }
+}
+
+// q6_K: per half, four 32-value groups whose codes are rebuilt from ql nibbles and qh bit pairs;
+// the -32 offset is applied once per sub-block through the activation sums (exact integers).
+void dot_rows_q6_K(const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* xq, int64_t K, float* out) {
+  const auto* xb = reinterpret_cast<const BlockQ8_K*>(xq);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i m30 = _mm256_set1_epi8(0x30);
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto* wb = reinterpret_cast<const BlockQ6_K*>(w + size_t(r) * row_bytes);
+    float acc = 0;
+    for (int64_t b = 0; b < K / kQK_K; ++b) {
+      __m256i isum = _mm256_setzero_si256();
+      const int8_t* sc = wb[b].scales;
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].ql + 64 * h));
+        const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].ql + 64 * h + 32));
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].qh + 32 * h));
+        __m256i q[4];
+        q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+        q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), _mm256_and_si256(qh, m30));
+        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                               _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+          const int s = 8 * h + 2 * i;  // sub-blocks s (elements 0..15 of the group) and s + 1
+          const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[b].qs + 128 * h + 32 * i));
+          const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[s + 1]), _mm_set1_epi16(sc[s]));
+          isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q[i], xv), scv));
+        }
+      }
+      int32_t offset = 0;
+      for (int s = 0; s < 16; ++s) offset += int32_t(sc[s]) * xb[b].bsums[s];
+      const int32_t S = hsum_epi32(isum) - 32 * offset;
+      acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(float(S)), _mm_set_ss(f16(wb[b].d) * xb[b].d), _mm_set_ss(acc)));
+    }
+    out[r] = acc;
+  }
+}
+
+}  // namespace
+
+QuantDotRowsFn quant_dot_rows_avx2(GgmlType wtype) {
+  switch (wtype) {
+    case GgmlType::kQ8_0: return dot_rows_q32<GgmlType::kQ8_0>;
+    case GgmlType::kQ4_0: return dot_rows_q32<GgmlType::kQ4_0>;
+    case GgmlType::kQ4_K: return dot_rows_k4<GgmlType::kQ4_K>;
+    case GgmlType::kQ5_K: return dot_rows_k4<GgmlType::kQ5_K>;
+    case GgmlType::kQ6_K: return dot_rows_q6_K;
+    default: return nullptr;
+  }
+}
+
+}  // namespace weft
