@@ -84,8 +84,37 @@ void dot_rows_q32(const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_
   for (; r < rows; ++r) dot_q32_group<W, 1>(w + size_t(r) * row_bytes, row_bytes, xb, nb, out + r);
 }
 
+// The 6-bit scales and mins of a q4_K / q5_K super-block as two 8-byte words (byte s = sub-block
+// s), unpacked with 32-bit word operations (the packing of unpack_scales_k4, four bytes at once):
+//   sc[0..3] = w0 & 0x3f..,  m[0..3] = w1 & 0x3f..,
+//   sc[4..7] = (w2 & 0x0f..) | ((w0 >> 2) & 0x30..),  m[4..7] = ((w2 >> 4) & 0x0f..) | ((w1 >> 2) & 0x30..)
+// (per byte, >> 2 moves bits 6-7 to 4-5 and >> 4 moves the high nibble down; the bits that cross
+// from the neighbouring byte are masked off).
+inline void unpack_scales_k4_words(const uint8_t s[12], uint64_t* sc, uint64_t* m) {
+  uint32_t w[3];
+  std::memcpy(w, s, 12);
+  const uint32_t lo6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, b45 = 0x30303030u;
+  *sc = uint64_t(w[0] & lo6) | uint64_t((w[2] & lo4) | ((w[0] >> 2) & b45)) << 32;
+  *m = uint64_t(w[1] & lo6) | uint64_t(((w[2] >> 4) & lo4) | ((w[1] >> 2) & b45)) << 32;
+}
+
+// Byte-shuffle masks that splat int16 element k of a 128-bit lane over the whole lane.
+alignas(32) constexpr uint8_t kSplat16[8][32] = {
+#define WEFT_SPLAT(k) {2 * k, 2 * k + 1, 2 * k, 2 * k + 1, 2 * k, 2 * k + 1, 2 * k, 2 * k + 1,  \
+                       2 * k, 2 * k + 1, 2 * k, 2 * k + 1, 2 * k, 2 * k + 1, 2 * k, 2 * k + 1,  \
+                       2 * k, 2 * k + 1, 2 * k, 2 * k + 1, 2 * k, 2 * k + 1, 2 * k, 2 * k + 1,  \
+                       2 * k, 2 * k + 1, 2 * k, 2 * k + 1, 2 * k, 2 * k + 1, 2 * k, 2 * k + 1}
+    WEFT_SPLAT(0), WEFT_SPLAT(1), WEFT_SPLAT(2), WEFT_SPLAT(3),
+    WEFT_SPLAT(4), WEFT_SPLAT(5), WEFT_SPLAT(6), WEFT_SPLAT(7),
+#undef WEFT_SPLAT
+};
+inline __m256i splat16(__m256i v, int k) {
+  return _mm256_shuffle_epi8(v, _mm256_load_si256(reinterpret_cast<const __m256i*>(kSplat16[k])));
+}
+
 // q4_K / q5_K: per 64-value chunk c, 32 bytes of nibbles hold sub-blocks 2c (low) and 2c+1
-// (high); q5_K ORs in 16 where bit s of qh[l] is set.
+// (high); q5_K ORs in 16 where bit s of qh[l] is set. The mins term M = sum_s m[s] * (bsums[2s]
+// + bsums[2s+1]) is one madd of the 16 activation sums with each min repeated twice.
 template <GgmlType W>
 void dot_rows_k4(const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* xq, int64_t K, float* out) {
   using Block = std::conditional_t<W == GgmlType::kQ4_K, BlockQ4_K, BlockQ5_K>;
@@ -96,8 +125,13 @@ void dot_rows_k4(const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t
     const auto* wb = reinterpret_cast<const Block*>(w + size_t(r) * row_bytes);
     float acc = 0;
     for (int64_t b = 0; b < K / kQK_K; ++b) {
-      uint8_t sc[8], m[8];
-      unpack_scales_k4(wb[b].scales, sc, m);
+      uint64_t sc8, m8;
+      unpack_scales_k4_words(wb[b].scales, &sc8, &m8);
+      const __m256i scv = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(sc8))));
+      const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(m8)));
+      const __m256i mpairs = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
+      const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[b].bsums));
+      const int32_t M = hsum_epi32(_mm256_madd_epi16(mpairs, bsums));
       __m256i hbits;
       if constexpr (W == GgmlType::kQ5_K) hbits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].qh));
       __m256i isum = _mm256_setzero_si256();
@@ -114,13 +148,11 @@ void dot_rows_k4(const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t
         }
         const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[b].qs + 64 * c));
         const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[b].qs + 64 * c + 32));
-        const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), _mm256_set1_epi16(sc[2 * c]));
-        const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), _mm256_set1_epi16(sc[2 * c + 1]));
+        const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), splat16(scv, 2 * c));
+        const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), splat16(scv, 2 * c + 1));
         isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
       }
       const int32_t S = hsum_epi32(isum);
-      int32_t M = 0;
-      for (int s = 0; s < 8; ++s) M += int32_t(m[s]) * (xb[b].bsums[2 * s] + xb[b].bsums[2 * s + 1]);
       acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(float(S)), _mm_set_ss(f16(wb[b].d) * xb[b].d), _mm_set_ss(acc)));
       acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(float(-M)), _mm_set_ss(f16(wb[b].dmin) * xb[b].d), _mm_set_ss(acc)));
     }
@@ -128,8 +160,20 @@ void dot_rows_k4(const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t
   }
 }
 
+// Per-lane splat masks for q6_K: the low 128-bit lane takes int16 element 2i, the high lane
+// element 2i+1 (the two 16-value sub-blocks of a 32-value group).
+alignas(32) constexpr uint8_t kSplatPair[4][32] = {
+#define WEFT_PAIR(i) {4 * i, 4 * i + 1, 4 * i, 4 * i + 1, 4 * i, 4 * i + 1, 4 * i, 4 * i + 1,          \
+                      4 * i, 4 * i + 1, 4 * i, 4 * i + 1, 4 * i, 4 * i + 1, 4 * i, 4 * i + 1,          \
+                      4 * i + 2, 4 * i + 3, 4 * i + 2, 4 * i + 3, 4 * i + 2, 4 * i + 3, 4 * i + 2, 4 * i + 3, \
+                      4 * i + 2, 4 * i + 3, 4 * i + 2, 4 * i + 3, 4 * i + 2, 4 * i + 3, 4 * i + 2, 4 * i + 3}
+    WEFT_PAIR(0), WEFT_PAIR(1), WEFT_PAIR(2), WEFT_PAIR(3),
+#undef WEFT_PAIR
+};
+
 // q6_K: per half, four 32-value groups whose codes are rebuilt from ql nibbles and qh bit pairs;
-// the -32 offset is applied once per sub-block through the activation sums (exact integers).
+// the -32 offset is applied once per super-block through the activation sums (exact integers):
+// S = sum_s sc[s] * sum q*x  -  32 * sum_s sc[s] * bsums[s].
 void dot_rows_q6_K(const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* xq, int64_t K, float* out) {
   const auto* xb = reinterpret_cast<const BlockQ8_K*>(xq);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -138,10 +182,15 @@ void dot_rows_q6_K(const uint8_t* w, size_t row_bytes, int64_t rows, const uint8
     const auto* wb = reinterpret_cast<const BlockQ6_K*>(w + size_t(r) * row_bytes);
     float acc = 0;
     for (int64_t b = 0; b < K / kQK_K; ++b) {
-      __m256i isum = _mm256_setzero_si256();
-      const int8_t* sc = wb[b].scales;
+      const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb[b].scales));
+      const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[b].bsums));
+      // Start from -32 * sum_s sc[s] * bsums[s], then add the code products.
+      __m256i isum = _mm256_slli_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), bsums), 5);
+      isum = _mm256_sub_epi32(_mm256_setzero_si256(), isum);
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
+        // Scales of this half (sub-blocks 8h..8h+7) as int16, in both 128-bit lanes.
+        const __m256i sch = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(h == 0 ? sc8 : _mm_srli_si128(sc8, 8)));
         const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].ql + 64 * h));
         const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].ql + 64 * h + 32));
         const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].qh + 32 * h));
@@ -153,15 +202,12 @@ void dot_rows_q6_K(const uint8_t* w, size_t row_bytes, int64_t rows, const uint8
                                _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
 #pragma GCC unroll 4
         for (int i = 0; i < 4; ++i) {
-          const int s = 8 * h + 2 * i;  // sub-blocks s (elements 0..15 of the group) and s + 1
           const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[b].qs + 128 * h + 32 * i));
-          const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[s + 1]), _mm_set1_epi16(sc[s]));
+          const __m256i scv = _mm256_shuffle_epi8(sch, _mm256_load_si256(reinterpret_cast<const __m256i*>(kSplatPair[i])));
           isum = _mm256_add_epi32(isum, _mm256_madd_epi16(_mm256_maddubs_epi16(q[i], xv), scv));
         }
       }
-      int32_t offset = 0;
-      for (int s = 0; s < 16; ++s) offset += int32_t(sc[s]) * xb[b].bsums[s];
-      const int32_t S = hsum_epi32(isum) - 32 * offset;
+      const int32_t S = hsum_epi32(isum);
       acc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(float(S)), _mm_set_ss(f16(wb[b].d) * xb[b].d), _mm_set_ss(acc)));
     }
     out[r] = acc;
