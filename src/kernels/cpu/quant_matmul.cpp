@@ -80,7 +80,31 @@ void dot_rows_q32_scalar(const uint8_t* w, size_t row_bytes, int64_t rows, const
   }
 }
 
-// q4_K / q5_K: 8 sub-blocks of 32 with 6-bit scales and mins; q5_K adds a fifth bit from qh.
+// The 256 unsigned codes of a q4_K / q5_K / q6_K super-block, in element order.
+template <GgmlType W, typename Block>
+void superblock_codes(const Block& wb, int* L) {
+  if constexpr (W == GgmlType::kQ6_K) {
+    for (int h = 0; h < 2; ++h) {
+      for (int i = 0; i < 4; ++i) {
+        for (int l = 0; l < 32; ++l) {
+          const uint8_t lowbyte = wb.ql[64 * h + l + 32 * (i & 1)];
+          L[128 * h + 32 * i + l] = (i < 2 ? lowbyte & 0xF : lowbyte >> 4) | ((wb.qh[32 * h + l] >> (2 * i)) & 3) << 4;
+        }
+      }
+    }
+  } else {
+    for (int s = 0; s < 8; ++s) {
+      for (int l = 0; l < 32; ++l) {
+        int q = (wb.qs[32 * (s / 2) + l] >> (4 * (s & 1))) & 0xF;
+        if constexpr (W == GgmlType::kQ5_K) q |= ((wb.qh[l] >> s) & 1) << 4;
+        L[32 * s + l] = q;
+      }
+    }
+  }
+}
+
+// q4_K / q5_K: lane j sums, over the 8 sub-blocks s, sc[s] times the products of elements
+// 4j..4j+3 of sub-block s (S_j), and carries the mins of sub-block j (M_j).
 template <GgmlType W>
 void dot_rows_k4_scalar(const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* xq,
                         int64_t K, float* out) {
@@ -88,58 +112,57 @@ void dot_rows_k4_scalar(const uint8_t* w, size_t row_bytes, int64_t rows, const 
   const auto* xb = reinterpret_cast<const BlockQ8_K*>(xq);
   for (int64_t r = 0; r < rows; ++r) {
     const auto* wb = reinterpret_cast<const Block*>(w + size_t(r) * row_bytes);
-    float acc = 0;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     for (int64_t b = 0; b < K / kQK_K; ++b) {
       uint8_t sc[8], m[8];
       unpack_scales_k4(wb[b].scales, sc, m);
-      int32_t S = 0, M = 0;
-      for (int s = 0; s < 8; ++s) {
-        const int c = s / 2, shift = 4 * (s & 1);
-        int32_t isum = 0;
-        for (int l = 0; l < 32; ++l) {
-          int q = (wb[b].qs[32 * c + l] >> shift) & 0xF;
-          if constexpr (W == GgmlType::kQ5_K) q |= ((wb[b].qh[l] >> s) & 1) << 4;
-          isum += q * xb[b].qs[32 * s + l];
+      int L[256];
+      superblock_codes<W>(wb[b], L);
+      const float d = f16_to_f32(wb[b].d) * xb[b].d, dmin = f16_to_f32(wb[b].dmin) * xb[b].d;
+      for (int j = 0; j < 8; ++j) {
+        int32_t S = 0;
+        for (int s = 0; s < 8; ++s) {
+          int32_t t = 0;
+          for (int i = 4 * j; i < 4 * j + 4; ++i) t += L[32 * s + i] * xb[b].qs[32 * s + i];
+          S += int32_t(sc[s]) * t;
         }
-        S += int32_t(sc[s]) * isum;
-        M += int32_t(m[s]) * (xb[b].bsums[2 * s] + xb[b].bsums[2 * s + 1]);
+        const int32_t M = int32_t(m[j]) * (xb[b].bsums[2 * j] + xb[b].bsums[2 * j + 1]);
+        acc[j] = std::fma(float(S), d, acc[j]);
+        acc[j] = std::fma(-float(M), dmin, acc[j]);
       }
-      acc = std::fma(float(S), f16_to_f32(wb[b].d) * xb[b].d, acc);
-      acc = std::fma(float(-M), f16_to_f32(wb[b].dmin) * xb[b].d, acc);
     }
-    out[r] = acc;
+    out[r] = reduce_lanes(acc);
   }
 }
 
+// q6_K: lane j sums, over the 8 groups g of 32 elements, sc[2g + j/4] times the products of
+// code and x over elements 4j..4j+3 of group g; the -32 offset enters lane j as
+// -32 * (sc[2j] * bsums[2j] + sc[2j+1] * bsums[2j+1]) (sub-blocks 2j and 2j+1). Only the sum over
+// lanes is the mathematical dot product; the split is the contract's, shared with the AVX2 path.
 void dot_rows_q6_K_scalar(const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* xq,
                           int64_t K, float* out) {
   const auto* xb = reinterpret_cast<const BlockQ8_K*>(xq);
   for (int64_t r = 0; r < rows; ++r) {
     const auto* wb = reinterpret_cast<const BlockQ6_K*>(w + size_t(r) * row_bytes);
-    float acc = 0;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     for (int64_t b = 0; b < K / kQK_K; ++b) {
-      int32_t isum[16] = {};
-      for (int h = 0; h < 2; ++h) {
-        const uint8_t* ql = wb[b].ql + 64 * h;
-        const uint8_t* qh = wb[b].qh + 32 * h;
-        for (int i = 0; i < 4; ++i) {
-          for (int l = 0; l < 32; ++l) {
-            const uint8_t lowbyte = ql[l + 32 * (i & 1)];
-            const int q = ((i < 2 ? lowbyte & 0xF : lowbyte >> 4) | ((qh[l] >> (2 * i)) & 3) << 4) - 32;
-            const int e = 128 * h + 32 * i + l;
-            isum[e / 16] += q * xb[b].qs[e];
-          }
+      int L[256];
+      superblock_codes<GgmlType::kQ6_K>(wb[b], L);
+      const float d = f16_to_f32(wb[b].d) * xb[b].d;
+      for (int j = 0; j < 8; ++j) {
+        int32_t S = -32 * (int32_t(wb[b].scales[2 * j]) * xb[b].bsums[2 * j] +
+                           int32_t(wb[b].scales[2 * j + 1]) * xb[b].bsums[2 * j + 1]);
+        for (int g = 0; g < 8; ++g) {
+          int32_t t = 0;
+          for (int e = 4 * j; e < 4 * j + 4; ++e) t += L[32 * g + e] * xb[b].qs[32 * g + e];
+          S += int32_t(wb[b].scales[2 * g + j / 4]) * t;
         }
+        acc[j] = std::fma(float(S), d, acc[j]);
       }
-      int32_t S = 0;
-      for (int s = 0; s < 16; ++s) S += int32_t(wb[b].scales[s]) * isum[s];
-      acc = std::fma(float(S), f16_to_f32(wb[b].d) * xb[b].d, acc);
     }
-    out[r] = acc;
+    out[r] = reduce_lanes(acc);
   }
 }
-
-
 
 // The driver shared by both paths: quantize each token's activations once, then fixed row tasks,
 // each computing whole dot products with `dot`.

@@ -14,10 +14,18 @@
 //     integer sum of w*x over the block's elements 4j..4j+3 and dw, dx are the block scales (f16
 //     widened exactly); then s4[i] = acc[i] + acc[i+4], s2[i] = s4[i] + s4[i+2], s2[0] + s2[1]
 //     (the same reduction as matmul.h).
-//   q4_K, q5_K (super-blocks of 256): one accumulator from +0; for each super-block in order,
-//     S = sum_s sc[s] * sum_{i in s} q[i]*x[i],  M = sum_s m[s] * sum_{i in s} x[i]  (exact),
-//     acc = fma(float(S), d * dx, acc);  acc = fma(float(-M), dmin * dx, acc).
-//   q6_K: acc = fma(float(S), d * dx, acc) with S = sum_s sc[s] * sum_{i in s} (q[i] - 32)*x[i].
+//   q4_K, q5_K (super-blocks of 256 = 8 sub-blocks of 32): 8 float lanes from +0; for each
+//     super-block in order, lane j takes
+//       S_j = sum_s sc[s] * sum_{i = 4j..4j+3} q[32s+i] * x[32s+i]      (exact, < 2^24)
+//       M_j = m[j] * (bsums[2j] + bsums[2j+1])                           (mins of sub-block j)
+//       acc[j] = fma(float(S_j), d * dx, acc[j]);  acc[j] = fma(-float(M_j), dmin * dx, acc[j])
+//     then the 8-lane reduction above.
+//   q6_K (16 sub-blocks of 16, seen as 8 groups g of 32): 8 lanes; per super-block lane j takes
+//       S_j = sum_g sc[2g + j/4] * sum_{e = 4j..4j+3} q[32g+e] * x[32g+e]
+//             - 32 * (sc[2j] * bsums[2j] + sc[2j+1] * bsums[2j+1])       (exact int32)
+//       acc[j] = fma(float(S_j), d * dx, acc[j]);  then the 8-lane reduction.
+//   (The lane split is the one _mm256_maddubs_epi16 + _mm256_madd_epi16 produce: int32 lane j
+//   holds bytes 4j..4j+3 of a 32-byte vector; the scalar twin computes exactly these integers.)
 // Threads split output rows into fixed tasks, so the thread count only changes which thread
 // computes an output, never its value. float(int) rounds to nearest even on both paths.
 //
