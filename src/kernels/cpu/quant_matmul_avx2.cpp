@@ -9,6 +9,27 @@
 // with the sub-block scales (k-quants: lane j = elements 4j..4j+3 of each 32-value group, summed
 // over the super-block, the contract's S_j). Every float step is lane-wise, so no horizontal sum
 // is needed until the end of the row (an hsum per super-block cost ~30% of q4_K's time).
+//
+// Measured (tools/quant_bench, one 4096 x 4096 matrix per type, weights cycled over 128 MiB so
+// they stream from DRAM, types interleaved round by round; this 2-core Zen 4 VM under load ~14
+// from other builds, so 1 thread is the trustworthy column; best of 40 calls; llama.cpp = the
+// ggml_vec_dot_* kernels of node-llama-cpp 3.21.1's prebuilt ggml, AVX2 build "haswell" and the
+// AVX-512 build "zen4", fed the same quantized activations and threaded by the same row tasks):
+//                GB/s of weights     x bf16 speed    llama.cpp haswell / zen4 GB/s
+//   bf16 matmul       20.7               1.00
+//   q8_0              22.0               2.40               14.7 / 14.8
+//   q6_K              21.9               3.05               21.7 / 22.2
+//   q5_K              17.1               2.95               16.6 / 16.9
+//   q4_K              22.5               4.50               20.2 / 21.3
+//   q4_0              11.6               2.41               10.4 / 10.5
+// ("x bf16 speed" = bf16's median time / the type's median time for one matrix.)
+// Command (D = /tmp/nlc/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64, after
+// `cd /tmp/nlc && npm i -E node-llama-cpp@3.21.1`):
+//   build/quant_bench --rounds 40 --threads 1,2 --ggml-cpu $D/libggml-cpu-haswell.so
+//                     --ggml-cpu $D/libggml-cpu-zen4.so
+// The 2-thread column of that run was dominated by the other processes (bf16 slower on 2
+// threads than on 1) and is not quoted; rerun it on a quiet machine.
+
 #include <immintrin.h>
 
 #include <cstring>
