@@ -110,7 +110,7 @@ void expect_bit_identical(const Problem& p, const std::vector<float>& a, const s
 struct Shape { int64_t N, K, T; };
 std::vector<Shape> shapes_for(GgmlType t) {
   const int64_t bs = ggml_block_size(t);
-  return {{1, bs, 1}, {7, bs, 3}, {5, 256, 2}, {33, 512, 1}, {19, 512, 4}, {37, 4096 + 256, 1}, {11, 4096 + 256, 3}};
+  return {{1, bs, 1}, {7, bs, 3}, {5, 256, 2}, {33, 512, 1}, {19, 512, 9}, {37, 4096 + 256, 1}, {11, 4096 + 256, 3}};
 }
 
 TEST(QuantMatmul, ExactOnQuantizedActivationsAndBoundedOnF32) {

@@ -60,7 +60,7 @@ inline void block_codes(GgmlType wtype, const uint8_t* row, int64_t b, int* q, f
 
 template <GgmlType W>
 void dot_rows_q32_scalar(const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* xq,
-                         int64_t K, float* out) {
+                         int64_t K, float* out) {  // one token; out[r]
   const auto* xb = reinterpret_cast<const BlockQ8_0*>(xq);
   for (int64_t r = 0; r < rows; ++r) {
     const uint8_t* row = w + size_t(r) * row_bytes;
@@ -164,6 +164,18 @@ void dot_rows_q6_K_scalar(const uint8_t* w, size_t row_bytes, int64_t rows, cons
   }
 }
 
+// The scalar kernels compute one token; the QuantDotRowsFn form loops over the tokens.
+template <void (*One)(const uint8_t*, size_t, int64_t, const uint8_t*, int64_t, float*)>
+void scalar_tokens(const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* xq, size_t xq_stride,
+                   int64_t ntok, int64_t K, float* out, int64_t ldo) {
+  thread_local std::vector<float> tmp;
+  if (tmp.size() < size_t(rows)) tmp.resize(size_t(rows));
+  for (int64_t t = 0; t < ntok; ++t) {
+    One(w, row_bytes, rows, xq + size_t(t) * xq_stride, K, tmp.data());
+    for (int64_t r = 0; r < rows; ++r) out[t * ldo + r] = tmp[size_t(r)];
+  }
+}
+
 // The driver shared by both paths: quantize each token's activations once, then fixed row tasks,
 // each computing whole dot products with `dot`.
 void run_quant_matmul(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
@@ -185,17 +197,7 @@ void run_quant_matmul(GgmlType wtype, const void* w, int64_t N, int64_t K, const
   auto task = [&](int64_t i) {
     const int64_t n0 = i * rows_per_task;
     const int64_t n1 = n0 + rows_per_task < N ? n0 + rows_per_task : N;
-    const uint8_t* wt = wbytes + size_t(n0) * row_bytes;
-    if (T == 1) {
-      dot(wt, row_bytes, n1 - n0, xq, K, out + n0);
-      return;
-    }
-    thread_local std::vector<float> tmp;  // this worker's
-    if (tmp.size() < size_t(n1 - n0)) tmp.resize(size_t(n1 - n0));
-    for (int64_t t = 0; t < T; ++t) {
-      dot(wt, row_bytes, n1 - n0, xq + size_t(t) * xq_bytes, K, tmp.data());
-      for (int64_t n = n0; n < n1; ++n) out[t * ldo + n] = tmp[size_t(n - n0)];
-    }
+    dot(wbytes + size_t(n0) * row_bytes, row_bytes, n1 - n0, xq, xq_bytes, T, K, out + n0, ldo);
   };
   const int64_t n_tasks = ceil_div(N, rows_per_task);
   // Tiny products are not worth waking the workers; values do not depend on this choice.
@@ -229,11 +231,11 @@ void quantize_activations(GgmlType wtype, const float* x, int64_t K, uint8_t* ds
 
 QuantDotRowsFn quant_dot_rows_scalar(GgmlType wtype) {
   switch (wtype) {
-    case GgmlType::kQ8_0: return dot_rows_q32_scalar<GgmlType::kQ8_0>;
-    case GgmlType::kQ4_0: return dot_rows_q32_scalar<GgmlType::kQ4_0>;
-    case GgmlType::kQ4_K: return dot_rows_k4_scalar<GgmlType::kQ4_K>;
-    case GgmlType::kQ5_K: return dot_rows_k4_scalar<GgmlType::kQ5_K>;
-    case GgmlType::kQ6_K: return dot_rows_q6_K_scalar;
+    case GgmlType::kQ8_0: return scalar_tokens<dot_rows_q32_scalar<GgmlType::kQ8_0>>;
+    case GgmlType::kQ4_0: return scalar_tokens<dot_rows_q32_scalar<GgmlType::kQ4_0>>;
+    case GgmlType::kQ4_K: return scalar_tokens<dot_rows_k4_scalar<GgmlType::kQ4_K>>;
+    case GgmlType::kQ5_K: return scalar_tokens<dot_rows_k4_scalar<GgmlType::kQ5_K>>;
+    case GgmlType::kQ6_K: return scalar_tokens<dot_rows_q6_K_scalar>;
     default: return nullptr;
   }
 }

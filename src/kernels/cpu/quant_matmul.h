@@ -70,10 +70,11 @@ void quantize_activations(GgmlType wtype, const float* x, int64_t K, uint8_t* ds
 constexpr int64_t kQuantRowsPerTask = 16;
 constexpr int64_t kQuantDecodeTaskBytes = int64_t(64) << 10;
 
-// One dot-product kernel: out[r] = row r of `rows` consecutive weight rows (row_bytes apart,
-// starting at w) times one quantized activation row xq, for r < rows.
+// One dot-product kernel: out[t * ldo + r] = weight row r (of `rows` consecutive rows, row_bytes
+// apart, starting at w) times token t's quantized activations (xq + t * xq_stride), for
+// r < rows, t < ntok. Each output is computed by the same operations whatever ntok is.
 using QuantDotRowsFn = void (*)(const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* xq,
-                                int64_t K, float* out);
+                                size_t xq_stride, int64_t ntok, int64_t K, float* out, int64_t ldo);
 QuantDotRowsFn quant_dot_rows_scalar(GgmlType wtype);  // nullptr for plain types
 QuantDotRowsFn quant_dot_rows_avx2(GgmlType wtype);
 
