@@ -145,6 +145,7 @@ TEST(Gguf, RoundTripOfEveryValueTypeAndTensorTypes) {
     EXPECT_EQ(t->type, specs[k].type);
     EXPECT_EQ(t->ne, specs[k].ne);
     EXPECT_EQ(t->offset % 32, 0u);
+    EXPECT_EQ(t->row_bytes() * size_t(t->rows()), t->nbytes);
     ASSERT_EQ(t->nbytes, bufs[k].size());
     EXPECT_EQ(std::memcmp(t->data, bufs[k].data(), t->nbytes), 0) << specs[k].name;
     EXPECT_EQ(reinterpret_cast<uintptr_t>(t->data) % 32, 0u);  // the map is page-aligned

@@ -91,6 +91,8 @@ struct GgufTensor {
   std::vector<int64_t> shape() const { return {ne.rbegin(), ne.rend()}; }
   int64_t cols() const { return ne.empty() ? 1 : ne[0]; }
   int64_t rows() const { return cols() == 0 ? 0 : numel() / cols(); }
+  // Bytes of one row (ne[0] values): whole blocks, checked by the reader.
+  size_t row_bytes() const { return ggml_row_bytes(type, cols()); }
 };
 
 class GgufFile {
