@@ -1,5 +1,6 @@
 // `weft logits`: teacher-forced logits of every position of a token stream, as a safetensors
 // file with one tensor `logits` f32 [T, V]. The contract other tools build on.
+#include <algorithm>
 #include <cstdio>
 
 #include "cli/command.h"
@@ -39,15 +40,27 @@ int run_logits(int argc, char** argv) {
   so.threads = threads;
   so.batch = batch;
   Session session(*model.value(), so);
-  std::vector<float> logits(static_cast<size_t>(T * V));
-  auto progress = [&](int64_t done, int64_t total) {
-    if (total >= 2048) std::fprintf(stderr, "\rweft: teacher-forced %lld / %lld tokens", (long long)done, (long long)total);
-    if (total >= 2048 && done == total) std::fprintf(stderr, "\n");
-  };
-  Status s = session.feed_with_progress(ids->data(), T, logits.data(), nullptr, 1024, progress);
-  if (!s.ok()) return fail(s);
-  s = write_safetensors(out_path, {{"logits", DType::kF32, {T, V}, logits.data()}});
-  if (!s.ok()) return fail(s);
+  // Rows are streamed into the file batch by batch: memory holds one batch of logits, never
+  // T x V (32 GB at T = 32K with a 248,320-token vocabulary). Feeding whole batches makes the
+  // same forward calls as one feed() of all T tokens, so the values are the same.
+  auto writer = SafetensorsStreamWriter::open(out_path, {{"logits", DType::kF32, {T, V}, nullptr}});
+  if (!writer.ok()) return fail(writer.status());
+  const int64_t rows = std::min(so.batch, T);
+  std::vector<float> logits(static_cast<size_t>(rows * V));
+  int64_t reported = 0;
+  for (int64_t done = 0; done < T;) {
+    const int64_t m = std::min(rows, T - done);
+    Status s = session.feed(ids->data() + done, m, logits.data(), nullptr);
+    if (s.ok()) s = writer.value()->append(logits.data(), size_t(m * V) * sizeof(float));
+    if (!s.ok()) return fail(s);  // the writer's destructor removes the partial temp file
+    done += m;
+    if (T >= 2048 && (done - reported >= 1024 || done == T)) {
+      std::fprintf(stderr, "\rweft: teacher-forced %lld / %lld tokens%s", (long long)done, (long long)T,
+                   done == T ? "\n" : "");
+      reported = done;
+    }
+  }
+  if (Status s = writer.value()->finish(); !s.ok()) return fail(s);
   std::fprintf(stderr, "weft: wrote logits [%lld, %lld] to %s\n", (long long)T, (long long)V, out_path.c_str());
   return 0;
 }
