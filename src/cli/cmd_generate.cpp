@@ -26,6 +26,7 @@ int run_generate(int argc, char** argv) {
   std::string model_dir, ids_file, prompt;
   int64_t n = 64;
   int threads = 0;
+  int64_t ctx_max = 0;
   bool json = false, no_stop = false;
   SamplerOptions so;
   KvFlags kv;
@@ -43,6 +44,7 @@ int run_generate(int argc, char** argv) {
   app.add_flag("--ignore-eos", no_stop, "keep generating past end-of-sequence tokens");
   app.add_flag("--json", json, "print one JSON object: tokens, prefill_tok_s, decode_tok_s, text");
   kv.add(app);
+  add_ctx_max_flag(app, &ctx_max);
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
 
   auto kv_options = kv.resolve();
@@ -70,6 +72,8 @@ int run_generate(int argc, char** argv) {
     if (ids.empty()) return fail(Status::error("empty prompt and the model has no BOS token"));
   }
   if (Status s = check_kv_types(c, kv_options.value()); !s.ok()) return fail(s);
+  // The cache holds the prompt and the generated tokens: refuse before anything is allocated.
+  if (Status s = check_context(c, int64_t(ids.size()) + n, {kv_options.value()}, ctx_max); !s.ok()) return fail(s);
 
   SessionOptions sess_opts;
   sess_opts.kv = kv_options.value();

@@ -15,6 +15,7 @@ int run_logits(int argc, char** argv) {
   CLI::App app("Teacher-forced logits for every position of a token stream", "logits");
   std::string model_dir, ids_file, out_path;
   int threads = 0;
+  int64_t ctx_max = 0;
   int64_t batch = 128;
   KvFlags kv;
   app.add_option("-m,--model", model_dir, "model directory (HF format); default: the built-in model");
@@ -24,6 +25,7 @@ int run_logits(int argc, char** argv) {
       ->check(CLI::Range(0, 1024));
   app.add_option("--batch", batch, "tokens per forward call")->check(CLI::PositiveNumber);
   kv.add(app);
+  add_ctx_max_flag(app, &ctx_max);
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
 
   auto kv_options = kv.resolve();
@@ -35,6 +37,7 @@ int run_logits(int argc, char** argv) {
   const ModelConfig& c = model.value()->config();
   if (Status s = check_kv_types(c, kv_options.value()); !s.ok()) return fail(s);
   const int64_t T = int64_t(ids->size()), V = c.vocab_size;
+  if (Status s = check_context(c, T, {kv_options.value()}, ctx_max); !s.ok()) return fail(s);
   SessionOptions so;
   so.kv = kv_options.value();
   so.threads = threads;
