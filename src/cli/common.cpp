@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 
 #include "core/mapped_file.h"
 #include "model/footprint.h"
@@ -97,13 +98,17 @@ uint64_t mem_available_bytes() {
 
 namespace {
 
-// Bytes of the KV caches for `tokens` tokens: the cache grows in whole pages.
+// Bytes of the KV caches for `tokens` tokens: the cache grows in whole pages. Saturates at
+// UINT64_MAX rather than wrap for absurd token counts.
 uint64_t kv_cache_bytes(const ModelConfig& c, int64_t tokens, const std::vector<KvOptions>& caches) {
+  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
   uint64_t bytes = 0;
   for (const KvOptions& kv : caches) {
-    const int64_t page = kv.page_tokens > 0 ? kv.page_tokens : 1;
-    const uint64_t rows = uint64_t((tokens + page - 1) / page) * uint64_t(page);
-    bytes += rows * kv_bytes_per_token(c, kv.k_type, kv.v_type);
+    const uint64_t page = uint64_t(kv.page_tokens > 0 ? kv.page_tokens : 1);
+    const uint64_t rows = (uint64_t(std::max<int64_t>(tokens, 0)) + page - 1) / page * page;
+    const uint64_t per_token = kv_bytes_per_token(c, kv.k_type, kv.v_type);
+    if (per_token != 0 && rows > (kMax - bytes) / per_token) return kMax;
+    bytes += rows * per_token;
   }
   return bytes;
 }
