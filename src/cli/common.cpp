@@ -131,12 +131,11 @@ Status check_context(const ModelConfig& c, int64_t tokens, const std::vector<KvO
   if (available == 0 || need <= available) return Status();
   std::string msg = "the KV cache for " + std::to_string(tokens) + " tokens needs " + bytes_text(need) +
                     " but only " + bytes_text(available) + " of memory is available (MemAvailable)";
-  bool all_q8 = true;
-  for (const KvOptions& kv : caches) all_q8 = all_q8 && kv.k_type == DType::kQ8_0 && kv.v_type == DType::kQ8_0;
-  if (!all_q8 && kv_type_supported(DType::kQ8_0, c.head_dim)) {
+  if (kv_type_supported(DType::kQ8_0, c.head_dim)) {
     std::vector<KvOptions> q8 = caches;
     for (KvOptions& kv : q8) kv.k_type = kv.v_type = DType::kQ8_0;
-    msg += "; with --kv q8_0 it would need " + bytes_text(kv_cache_bytes(c, tokens, q8));
+    const uint64_t q8_need = kv_cache_bytes(c, tokens, q8);
+    if (q8_need < need) msg += "; with --kv q8_0 it would need " + bytes_text(q8_need);
   }
   return Status::error(msg + "; use a shorter context or a smaller KV type");
 }
