@@ -168,12 +168,16 @@ TEST(BenchClaim, IntervalAgainstOneAndTheCeiling) {
   EXPECT_EQ(lab::ceiling_verdict({0.99, 1.03}, 1.05, 6, &resolved), "not resolved from f16, below its ceiling");
   EXPECT_EQ(lab::ceiling_verdict({1.10, 1.20}, 1.05, 6, &resolved), "faster than f16, above its ceiling");
   EXPECT_EQ(lab::ceiling_verdict({0.80, 0.90}, 1.05, 6, &resolved), "slower than f16, below its ceiling");
-  EXPECT_EQ(lab::ceiling_verdict({1.10, 1.20}, 1.05, 1, &resolved), "cannot resolve (one repeat)");
+  EXPECT_EQ(lab::ceiling_verdict({1.10, 1.20}, 1.05, 1, &resolved), "cannot resolve (1 repeat; 6 needed)");
+  EXPECT_FALSE(resolved);
+  // Five unanimous repeats are still not 95%: sign-test p = 2^-4 = 0.0625.
+  EXPECT_EQ(lab::ceiling_verdict({1.10, 1.20}, 1.05, 5, &resolved), "cannot resolve (5 repeats; 6 needed)");
   EXPECT_FALSE(resolved);
 }
 
 TEST(BenchClaim, PairedBootstrapOfTheMedian) {
-  // Three repeats: the interval is [min, max] of the paired ratios; it holds 1 and 1.05.
+  // Three repeats: the interval is [min, max] of the paired ratios (it holds 1 and 1.05), and
+  // three are too few for any claim.
   const std::vector<double> few = {0.98, 1.04, 1.09};
   auto c = lab::judge_ceiling(few, 1.05);
   EXPECT_DOUBLE_EQ(c.ratio, 1.04);
@@ -181,7 +185,8 @@ TEST(BenchClaim, PairedBootstrapOfTheMedian) {
   EXPECT_DOUBLE_EQ(c.ci.hi, 1.09);
   EXPECT_NEAR(c.of_ceiling, 1.04 / 1.05, 1e-12);
   EXPECT_NEAR(c.of_ceiling_ci.hi, 1.09 / 1.05, 1e-12);
-  EXPECT_EQ(c.verdict, "cannot resolve");
+  EXPECT_EQ(c.verdict, "cannot resolve (3 repeats; 6 needed)");
+  EXPECT_FALSE(lab::judge_ceiling(std::vector<double>{1.2, 1.21, 1.22}, 1.05).resolved);
   // Eight tight repeats around 1.20: resolved from f16 and above a 1.05 ceiling.
   const std::vector<double> many = {1.19, 1.21, 1.20, 1.22, 1.18, 1.20, 1.21, 1.19};
   auto m = lab::judge_ceiling(many, 1.05);

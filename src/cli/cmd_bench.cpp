@@ -107,7 +107,7 @@ int run_bench_cmd(int argc, char** argv) {
                                "for the built-in model, 4096,16384,32768 otherwise");
   app.add_option("--arms", arms, "KV types to decode with (f16, q8_0, q4_0, f32), in any order; every ratio is "
                                  "against the f16 arm, which is added (and reported) when absent");
-  app.add_option("--repeats", repeats, "interleaved repeats per arm (default 3 built-in, 5 otherwise)")->check(CLI::PositiveNumber);
+  app.add_option("--repeats", repeats, "interleaved repeats per arm (default 6: fewer cannot support a 95% claim)")->check(CLI::PositiveNumber);
   app.add_option("--gen", gen, "decoded tokens per timed run (default 16)")->check(CLI::PositiveNumber);
   app.add_option("--threads", o.threads, "worker threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   app.add_option("--page-tokens", o.page_tokens, "KV page size in tokens")->check(CLI::PositiveNumber);
@@ -130,7 +130,7 @@ int run_bench_cmd(int argc, char** argv) {
   }
   const bool builtin = model_dir.empty() && synthetic.empty();
   if (ctx.empty()) ctx = builtin ? "512,1024,2048" : "4096,16384,32768";
-  o.repeats = repeats > 0 ? repeats : (builtin ? 3 : 5);
+  o.repeats = repeats > 0 ? repeats : lab::kMinRepeatsForClaim;
   o.gen = gen > 0 ? gen : 16;
   o.bandwidth_bytes = size_t(bw_mib) << 20;
   o.progress = !quiet;

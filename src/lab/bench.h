@@ -37,7 +37,7 @@ namespace weft::lab {
 struct BenchOptions {
   std::vector<int64_t> depths;            // ascending, > 0
   std::vector<DType> arms{DType::kF16, DType::kQ8_0};  // f16 is the baseline wherever it sits
-  int repeats = 3;
+  int repeats = kMinRepeatsForClaim;     // fewer cannot support a claim (lab/ceiling_claim.h)
   int gen = 16;                           // decoded tokens per timed run
   int threads = 0;                        // 0: all cores
   int64_t page_tokens = 256;

@@ -186,8 +186,10 @@ std::string bench_markdown(const BenchResult& r) {
     s += fmt("tok/s CI: with %.0f repeats the median interval is [min, max]", double(r.options.repeats)) +
          fmt(", coverage %.1f%%; 6 or more repeats reach 95%%.\n", r.depths[0].f16().tok_s_ci.coverage * 100.0);
   if (r.options.arms.size() > 1)
-    s += "claim: where the ratio's 95% interval holds both 1.0 (f16) and the ceiling, this run cannot resolve the "
-         "arm from f16 nor from its ceiling, and no share of the ceiling is claimed.\n";
+    s += "claim: where the ratio's 95% interval holds both 1.0 (f16) and the ceiling, or there are fewer than " +
+         std::to_string(kMinRepeatsForClaim) +
+         " repeats, this run cannot resolve the arm from f16 nor from its ceiling, and no share of the ceiling is "
+         "claimed.\n";
   s += "KV (byte model) = KV bytes per token x depth; KV resident (measured) = growth of this process's resident "
        "set while the arm's cache was filled.\n";
   if (fits)

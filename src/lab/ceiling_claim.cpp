@@ -1,11 +1,15 @@
 // The paired-ratio claims of lab/ceiling_claim.h.
 #include "lab/ceiling_claim.h"
 
+#include <string>
+
 namespace weft::lab {
 
 std::string ceiling_verdict(const Interval& ci, double ceiling, int n, bool* resolved) {
   *resolved = false;
-  if (n < 2) return "cannot resolve (one repeat)";
+  if (n < kMinRepeatsForClaim)
+    return "cannot resolve (" + std::to_string(n) + (n == 1 ? " repeat" : " repeats") + "; " +
+           std::to_string(kMinRepeatsForClaim) + " needed)";
   if (ci.contains(1.0) && ci.contains(ceiling)) return "cannot resolve";
   *resolved = true;
   const char* vs_f16 = ci.hi < 1.0 ? "slower than f16" : ci.lo > 1.0 ? "faster than f16" : "not resolved from f16";

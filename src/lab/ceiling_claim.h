@@ -10,8 +10,11 @@
 //   * of_ceiling = ratio / c with ci / c: the share of the ceiling reached;
 //   * verdict: the interval's place against 1.0 (f16) and against c. When it holds both, the
 //     harness "cannot resolve" whether the type is any faster than f16 or already at its ceiling:
-//     neither "X% of the ceiling" nor "faster" may then be claimed. Fewer than 2 repeats:
-//     "cannot resolve (one repeat)".
+//     neither "X% of the ceiling" nor "faster" may then be claimed;
+//   * fewer than kMinRepeatsForClaim repeats: "cannot resolve (n repeats; 6 needed)". With n
+//     paired repeats even a unanimous sign has sign-test p = 2^(1−n), over 0.05 below n = 6, and
+//     no interval from n < 6 values covers the median with 95% (lab/stats.h median_with_ci): the
+//     bootstrap interval of 3 repeats is their [min, max], which covers it only 75% of the time.
 #pragma once
 
 #include <span>
@@ -20,6 +23,8 @@
 #include "lab/stats.h"
 
 namespace weft::lab {
+
+inline constexpr int kMinRepeatsForClaim = 6;
 
 struct CeilingClaim {
   int n = 0;
