@@ -99,9 +99,16 @@ struct GdnPrepArgs {
   int64_t rows = 0, conv_dim = 0, n_k = 0, n_v = 0, dk = 0;
 };
 
+// What a backend counts while it works, for the lab's byte models (read-only to the model).
+struct BackendCounters {
+  int64_t moe_experts_touched = 0;  // Σ over moe_route calls of the experts given at least one row
+  int64_t moe_route_calls = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
+  const BackendCounters& counters() const { return counters_; }
   // e.g. "cpu (avx2)", "cpu (scalar)": recorded in bench output.
   virtual std::string name() const = 0;
   // Threads (CPU) the backend computes with.
@@ -176,6 +183,9 @@ class Backend {
   // y[row] = Σ_j weight · out[slot_pos[row·K + j]] over the row's K slots in increasing expert
   // id (the order transformers accumulates experts in), y zeroed first.
   virtual void moe_combine(const MoeRouting& r, const float* out, int64_t width, float* y) = 0;
+
+ protected:
+  BackendCounters counters_;
 };
 
 }  // namespace weft

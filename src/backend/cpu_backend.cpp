@@ -291,7 +291,11 @@ MoeRouting CpuBackend::moe_route(float* logits, int64_t rows, int64_t E, int64_t
   // Counting sort of the slots by expert; slots stay in increasing order inside an expert.
   expert_begin_.assign(size_t(E + 1), 0);
   for (size_t i = 0; i < slots; ++i) ++expert_begin_[size_t(slot_expert_[i]) + 1];
-  for (int64_t e = 0; e < E; ++e) expert_begin_[size_t(e + 1)] += expert_begin_[size_t(e)];
+  for (int64_t e = 0; e < E; ++e) {
+    counters_.moe_experts_touched += expert_begin_[size_t(e + 1)] != 0;
+    expert_begin_[size_t(e + 1)] += expert_begin_[size_t(e)];
+  }
+  ++counters_.moe_route_calls;
   sorted_slot_.resize(slots);
   slot_pos_.resize(slots);
   std::vector<int32_t>& fill = order_;

@@ -118,6 +118,8 @@ int run_bench_cmd(int argc, char** argv) {
   app.add_option("--bandwidth-mib", bw_mib, "MiB per bandwidth-probe array (3 arrays); raised to at least "
                                            "max(256, 8 x last-level cache) so the probe reads DRAM")
       ->check(CLI::PositiveNumber);
+  app.add_option("--batch", o.batches, "also decode B sequences together for each B (e.g. 1,4,8): aggregate and "
+                 "per-sequence tok/s against the batch byte model")->delimiter(',')->check(CLI::PositiveNumber);
   app.add_option("--out", out_dir, "write results.json, report.md and bench.svg here");
   bool json = false, quiet = false;
   app.add_flag("--json", json, "print exactly one JSON object on stdout");

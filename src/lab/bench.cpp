@@ -64,6 +64,10 @@ Result<BenchResult> run_bench(const Model& model, const std::string& model_name,
       return Status::error("--ctx depths must be positive and strictly ascending");
   if (opt.repeats < 1 || opt.gen < 1) return Status::error("--repeats and --gen must be >= 1");
   if (opt.arms.empty()) return Status::error("no --arms");
+  for (size_t i = 0; i < opt.batches.size(); ++i)
+    if (opt.batches[i] <= 0 || (i && opt.batches[i] <= opt.batches[i - 1]))
+      return Status::error("--batch sizes must be positive and strictly ascending");
+  if (!opt.batches.empty() && opt.batches[0] != 1) opt.batches.insert(opt.batches.begin(), 1);
   if (opt.ceiling_only) opt.arms = {DType::kF16};  // Step 0 decodes the f16 curve alone
   for (size_t i = 0; i < opt.arms.size(); ++i)
     for (size_t j = 0; j < i; ++j)
@@ -189,7 +193,7 @@ Result<BenchResult> run_bench(const Model& model, const std::string& model_name,
     for (int rep = -1; rep < opt.repeats; ++rep) {
       for (size_t a = 0; a < opt.arms.size(); ++a) {
         Session& s = *sessions[a];
-        s.state().rewind(depth, snapshot);
+        WEFT_RETURN_IF_ERROR(s.state().rewind(depth, snapshot));
         int32_t tok = first;
         if (meter) meter->begin();
         const auto td = Clock::now();
@@ -215,6 +219,22 @@ Result<BenchResult> run_bench(const Model& model, const std::string& model_name,
       ar.claim = judge_ceiling(ar.ratios, d.ceiling_of(ar.type));
       if (ar.type == DType::kF16) ar.claim.verdict = "baseline";
       ar.roofline = judge_roofline(double(ar.bytes_per_token), ar.tok_s_ci.median, bw, r.bandwidth.llc_bytes);
+    }
+    // Batched decode: B sequences sharing this context, one forward call per step.
+    if (!opt.batches.empty() && !opt.ceiling_only) {
+      BatchRunOptions bo;
+      bo.batches = opt.batches;
+      bo.repeats = opt.repeats;
+      bo.gen = opt.gen;
+      bo.threads = opt.threads;
+      bo.page_tokens = opt.page_tokens;
+      for (DType t : opt.arms) {
+        if (opt.progress)
+          std::fprintf(stderr, "[bench] ctx %lld  batched decode (%s)\n", (long long)depth, dtype_name(t));
+        auto arm = run_batch_arm(model, prefill->state(), first, t, depth, r.footprint, bo);
+        if (!arm.ok()) return arm.status();
+        d.batch.push_back(std::move(arm.value()));
+      }
     }
     r.depths.push_back(std::move(d));
   }

@@ -26,6 +26,7 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "lab/bandwidth.h"
+#include "lab/bench_batch.h"
 #include "lab/ceiling_claim.h"
 #include "lab/roofline.h"
 #include "lab/stats.h"
@@ -50,6 +51,9 @@ struct BenchOptions {
   size_t bandwidth_bytes = size_t(512) << 20;  // per probe array (3 arrays); floored by probe_array_bytes
   int bandwidth_trials = 5;
   bool progress = true;                   // progress lines on stderr
+  // Batch sizes of the batched decode (lab/bench_batch.h), ascending; empty: no batched decode.
+  // 1 is added first when missing (every speed-up is against it).
+  std::vector<int64_t> batches;
 };
 
 struct BenchArmResult {
@@ -75,6 +79,7 @@ struct DepthResult {
   double kv_share = 0;
   std::vector<std::pair<DType, double>> ceilings;  // per non-f16 type (byte model)
   std::vector<BenchArmResult> arms;       // in the order of BenchResult::options.arms
+  std::vector<BatchArm> batch;            // per arm, when options.batches is set
   size_t baseline = 0;                    // index of the f16 arm in `arms`
   const BenchArmResult& f16() const { return arms[baseline]; }
   double ceiling_of(DType t) const;       // 1 for f16, NaN for a type without a ceiling

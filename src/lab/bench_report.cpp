@@ -111,6 +111,24 @@ nlohmann::json bench_json(const BenchResult& r) {
       }
       e["arms"][dtype_name(a.type)] = x;
     }
+    if (!d.batch.empty()) {
+      e["batch"] = nlohmann::json::object();
+      for (const BatchArm& arm : d.batch) {
+        nlohmann::json points = nlohmann::json::array();
+        for (const BatchPoint& p : arm.points)
+          points.push_back({{"batch", p.batch},
+                            {"aggregate_tok_s", p.aggregate.median},
+                            {"aggregate_ci", {p.aggregate.lo, p.aggregate.hi}},
+                            {"aggregate_tok_s_runs", p.aggregate_tok_s},
+                            {"per_sequence_tok_s", p.per_sequence_tok_s},
+                            {"experts_touched_per_step_measured", p.experts_touched},
+                            {"bytes_per_step_model", p.bytes_per_step},
+                            {"speedup_measured", p.measured_speedup},
+                            {"speedup_predicted", p.predicted_speedup},
+                            {"measured_over_predicted", p.measured_speedup / p.predicted_speedup}});
+        e["batch"][dtype_name(arm.type)] = points;
+      }
+    }
     depths.push_back(e);
   }
   j["depths"] = depths;
@@ -182,6 +200,23 @@ std::string bench_markdown(const BenchResult& r) {
     }
   }
   s += "\n";
+  if (!r.depths.empty() && !r.depths[0].batch.empty()) {
+    s += "Batched decode: B sequences share the context and decode together (one forward call per step).\n\n"
+         "| ctx | arm | batch | aggregate tok/s (median) | 95% CI | per-sequence tok/s | experts touched / step "
+         "(measured) | bytes / step (batch byte model) | speed-up vs batch 1 (measured) | predicted (byte model) | "
+         "measured / predicted |\n|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|\n";
+    for (const DepthResult& d : r.depths)
+      for (const BatchArm& arm : d.batch)
+        for (const BatchPoint& p : arm.points) {
+          std::snprintf(buf, sizeof buf, "| %lld | %s | %lld | %.2f | [%.2f, %.2f] | %.2f | %.1f | %s | %.2f | %.2f | %.2f |\n",
+                        (long long)d.ctx, dtype_name(arm.type), (long long)p.batch, p.aggregate.median, p.aggregate.lo,
+                        p.aggregate.hi, p.per_sequence_tok_s, p.experts_touched, mib(double(p.bytes_per_step)).c_str(),
+                        p.measured_speedup, p.predicted_speedup, p.measured_speedup / p.predicted_speedup);
+          s += buf;
+        }
+    s += "\nbytes / step = shared weights + experts touched x one expert + B x (KV(d) + GDN state); predicted "
+         "speed-up = B x bytes(1) / bytes(B), a decode that stays memory bound.\n\n";
+  }
   if (!r.depths.empty() && r.depths[0].f16().tok_s_ci.coverage < 0.95)
     s += fmt("tok/s CI: with %.0f repeats the median interval is [min, max]", double(r.options.repeats)) +
          fmt(", coverage %.1f%%; 6 or more repeats reach 95%%.\n", r.depths[0].f16().tok_s_ci.coverage * 100.0);
