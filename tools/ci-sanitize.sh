@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# CI stage: the fast tests under AddressSanitizer + UndefinedBehaviorSanitizer, in a Debug build
+# in ./build-asan (clang; any UB report fails the test: -fno-sanitize-recover=undefined).
+# The slow suites (golden streams, determinism across thread counts, the long-running synth
+# and fidelity checks) stay in the Release run of test.sh; the suites here are the ones that
+# exercise parsers, loaders, kernels against their scalar twins, and the lab.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash tools/install-deps.sh clang libclang-rt-dev
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
+  "-DCMAKE_CXX_FLAGS=-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
+  >/dev/null
+
+# The test executables to run (tests/<name>.cpp). bad_input_test also runs the weft binary.
+tests=(SANITIZE_TESTS_PLACEHOLDER)
+cmake --build build-asan -j"$(nproc)" --target weft_cli "${tests[@]}"
+
+# Leaks fail too; halt at the first report so its stack is the last thing in the log.
+export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+cd build-asan
+regex="$(IFS='|'; echo "${tests[*]}")"
+ctest --output-on-failure -j"$(nproc)" --timeout 1200 -L "^($regex)\$"
