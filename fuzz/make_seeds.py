@@ -173,3 +173,5 @@ write("compare", "numeric_keys_nulls",
       '{"task": 1, "x": 1.5, "ok": true}\n{"task": 2, "x": null, "ok": false}\n'
       '{"task": 1, "repeat": 3, "x": 2.5, "ok": true}\n' + SEP.decode() +
       '{"task": 1, "x": 1e308, "ok": false}\n{"task": 2, "x": -1e308}\n')
+# Found by compare_fuzz: a number beyond double range (nlohmann throws out_of_range).
+write("compare", "regress_number_overflow", '{"task": 1, "x": 1.5}\n' + SEP.decode() + '{"task": 1, "x": 2e308}\n')
