@@ -18,10 +18,14 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
 # bit-identity, not memory safety) and synth_test (writes and reloads large synthetic models).
 tests=(fixtures_test bad_input_test tokenizer_test compare_test stats_test matmul_test
        attention_quant_test hadamard_test kv_cache_test sampler_test bench_test fidelity_test)
-# Known findings being fixed on other branches, skipped here until the fix lands (then delete
-# the line): the misaligned f32/f16 read in Binder::vector (src/model/model.cpp) for safetensors
-# files whose data region starts at an odd offset.
-known_failures="BadInputTest.MisalignedDataRegionGivesTheSameLogits"
+# Known findings being fixed on other branches, skipped here until each fix lands (then delete
+# its name):
+#  - the misaligned f32/f16 read in Binder::vector (src/model/model.cpp) for safetensors files
+#    whose data region starts at an odd offset (UBSan: misaligned load);
+#  - the ODR violation of weft::lab::ArmResult, defined differently in src/lab/bench.h and
+#    src/lab/fidelity.h: `weft fidelity` runs bench.h's constructor on fidelity's struct
+#    (ASan: stack-buffer-overflow in run_fidelity). Re-enable once the lab's ODR fix lands.
+known_failures="BadInputTest.MisalignedDataRegionGivesTheSameLogits|FidelityCli.JsonOutputAndFiles"
 cmake --build build-asan -j"$(nproc)" --target weft_cli "${tests[@]}"
 
 # Leaks fail too; halt at the first report so its stack is the last thing in the log.
