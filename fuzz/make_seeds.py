@@ -149,6 +149,11 @@ llama3["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = (
     "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
 llama3["model"]["ignore_merges"] = True
 write("tokenizer", "llama3_ignore_merges", json.dumps(llama3).encode() + SEP + b"12345 I'LL go")
+tok_cfg = json.dumps({"add_bos_token": True, "bos_token": {"content": "<|im_start|>"},
+                      "eos_token": "<|im_end|>"}).encode()
+gen_cfg = json.dumps({"bos_token_id": 300, "eos_token_id": [301, 302, 99999, -1]}).encode()
+write("tokenizer", "qwen2_with_configs",
+      json.dumps(base, ensure_ascii=False).encode() + SEP + b"hi" + SEP + tok_cfg + SEP + gen_cfg)
 broken = json.loads(json.dumps(base))
 del broken["model"]["vocab"][order[0]]
 write("tokenizer", "bad_missing_byte", json.dumps(broken).encode())
