@@ -68,8 +68,18 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   if (!mapped.ok()) return mapped.status();
   SafetensorsFile f;
   f.file_ = std::move(mapped.value());
-  const uint8_t* base = f.file_.data();
-  const size_t size = f.file_.size();
+  WEFT_RETURN_IF_ERROR(f.index(f.file_.data(), f.file_.size(), path));
+  return f;
+}
+
+Result<SafetensorsFile> SafetensorsFile::from_memory(const uint8_t* data, size_t size,
+                                                     const std::string& label) {
+  SafetensorsFile f;
+  WEFT_RETURN_IF_ERROR(f.index(data, size, label));
+  return f;
+}
+
+Status SafetensorsFile::index(const uint8_t* base, size_t size, const std::string& path) {
   auto fail = [&](const std::string& msg) { return Status::error("'" + path + "': " + msg); };
   if (size < 8) return fail("too small to be a safetensors file (" + std::to_string(size) + " bytes)");
   uint64_t header_len = 0;
@@ -87,14 +97,14 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
     if (it.key() == "__metadata__") {
       if (!it->is_object()) return fail("__metadata__ is not an object");
       for (auto m = it->begin(); m != it->end(); ++m)
-        if (m->is_string()) f.metadata_[m.key()] = m->get<std::string>();
+        if (m->is_string()) metadata_[m.key()] = m->get<std::string>();
       continue;
     }
     TensorView view;
     Span span{};
     Status s = parse_entry(it.key(), *it, data_size, data, &view, &span);
     if (!s.ok()) return s.with_context("'" + path + "'");
-    auto [pos, inserted] = f.tensors_.emplace(it.key(), std::move(view));
+    auto [pos, inserted] = tensors_.emplace(it.key(), std::move(view));
     span.name = &pos->first;
     if (span.end > span.begin) spans.push_back(span);
   }
@@ -103,7 +113,7 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
     if (spans[i].begin < spans[i - 1].end)
       return fail("tensors '" + *spans[i - 1].name + "' and '" + *spans[i].name + "' overlap");
   }
-  return f;
+  return Status();
 }
 
 const TensorView* SafetensorsFile::find(const std::string& name) const {

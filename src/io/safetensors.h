@@ -22,6 +22,9 @@ namespace weft {
 class SafetensorsFile {
  public:
   static Result<SafetensorsFile> open(const std::string& path);
+  // The same checks on bytes the caller holds (fuzzing, tests): the views point into `data`, which
+  // must outlive the returned object; `label` names the bytes in messages; path() is empty.
+  static Result<SafetensorsFile> from_memory(const uint8_t* data, size_t size, const std::string& label);
 
   const std::map<std::string, TensorView>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
@@ -29,6 +32,9 @@ class SafetensorsFile {
   const std::string& path() const { return file_.path(); }
 
  private:
+  // Validates the header of base[0, size) and fills tensors_ and metadata_.
+  Status index(const uint8_t* base, size_t size, const std::string& label);
+
   MappedFile file_;
   std::map<std::string, TensorView> tensors_;
   std::map<std::string, std::string> metadata_;

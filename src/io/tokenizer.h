@@ -32,6 +32,9 @@ class Tokenizer {
   // generation_config.json (extra EOS ids).
   static Result<Tokenizer> load(const std::string& tokenizer_json_path);
   static Result<Tokenizer> load_from_dir(const std::string& model_dir);  // <dir>/tokenizer.json
+  // Parses tokenizer.json text held in memory (fuzzing, tests); no sibling configs are read, so
+  // BOS/EOS come only from the post-processor.
+  static Result<Tokenizer> from_json(const std::string& tokenizer_json);
 
   // Tokenizes text; added/special tokens written literally in the text are recognised. No BOS is
   // added (see add_bos()). Any byte string is accepted: invalid UTF-8 bytes become byte tokens.
