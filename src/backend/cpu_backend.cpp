@@ -11,6 +11,7 @@
 #include "cache/kv_cache.h"
 #include "core/cpu_features.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_f16_prefill.h"
 #include "kernels/cpu/attention_quant.h"
 #include "kernels/cpu/gdn.h"
 #include "kernels/cpu/hadamard.h"
@@ -193,7 +194,10 @@ void CpuBackend::kv_append(KvCache& cache, int64_t layer, const float* k, const 
 
 void CpuBackend::attention(const KvLayerView& view, const AttentionArgs& args) {
   if (view.k_type == DType::kF16 && view.v_type == DType::kF16) {
-    attention_f16(view, args, &pool_);  // strict tier (frozen)
+    // Strict tier: prefill through the query-block-tiled kernel, which reproduces the frozen
+    // kernel's bits row for row (attention_f16_prefill.h); decode stays on the frozen kernel.
+    if (args.T > 1) attention_f16_prefill(view, args, &pool_);
+    else attention_f16(view, args, &pool_);
   } else if (attention_quant_supports(view)) {
     attention_quant(view, args, &pool_);  // quantized KV tier
   } else {
