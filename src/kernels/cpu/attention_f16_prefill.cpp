@@ -142,6 +142,12 @@ void run(const KvLayerView& kv, const AttentionArgs& a, ThreadPool* pool, int64_
         sc.k_rows[size_t(j)] = reinterpret_cast<const uint16_t*>(kv.k_row(g, k0 + j));
         sc.v_rows[size_t(j)] = reinterpret_cast<const uint16_t*>(kv.v_row(g, k0 + j));
       }
+      // Start bringing the chunk's K and V rows from memory / L3 towards L2 before they are read.
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t b = 0; b < hd * 2; b += 64) {
+          __builtin_prefetch(reinterpret_cast<const char*>(sc.k_rows[size_t(j)]) + b, 0, 2);
+          __builtin_prefetch(reinterpret_cast<const char*>(sc.v_rows[size_t(j)]) + b, 0, 2);
+        }
       for (int64_t r = r0; r < rows; ++r) sc.n_row[size_t(r)] = std::min(a.pos0 + t0 + r / group + 1, k1) - k0;
       float* s = sc.s.data();
       o.scores(sc.q.data() + r0 * hd, rows - r0, sc.k_rows.data(), n, hd, a.scale, sc.kbuf.data(),

@@ -67,8 +67,9 @@ struct AttnF16PrefillOps {
                        int64_t p_stride, int64_t hd, float* vbuf, float* acc);
 };
 
-// K rows widened per pass of the scores kernel (each then serves every query row of the task).
-constexpr int64_t kAttnPrefillKeyBlock = 16;
+// K rows widened per pass of the scores kernel (each then serves every query row of the task);
+// a multiple of the AVX2 tile's 3 keys, and 12 KiB of f32 at head_dim 256 (stays in L1).
+constexpr int64_t kAttnPrefillKeyBlock = 12;
 
 const AttnF16PrefillOps& attn_f16_prefill_ops_avx2();
 

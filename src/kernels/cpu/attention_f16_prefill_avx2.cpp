@@ -52,7 +52,10 @@ void score_tile(const float* q, const float* k, int64_t hd, float scale, float* 
     for (int c = 0; c < C; ++c) kv[c] = _mm256_loadu_ps(k + c * hd + d);
 #pragma GCC unroll 8
     for (int h = 0; h < H; ++h) {
-      const __m256 qv = _mm256_loadu_ps(q + h * hd + d);
+      __m256 qv = _mm256_loadu_ps(q + h * hd + d);
+      // Keep the q slice in a register for its C FMAs (GCC would otherwise fold a fresh load
+      // into each FMA: H·C + C loads per step instead of H + C, and the loads bound the loop).
+      __asm__("" : "+x"(qv));
 #pragma GCC unroll 8
       for (int c = 0; c < C; ++c) acc[h][c] = _mm256_fmadd_ps(qv, kv[c], acc[h][c]);
     }
@@ -67,18 +70,26 @@ void score_tile(const float* q, const float* k, int64_t hd, float scale, float* 
     }
 }
 
-constexpr int kScoreRows = 4, kScoreKeys = 2;
+// 4 rows × 3 keys: 12 accumulators + 3 K slices + 1 q slice = the 16 ymm registers; 7 loads
+// per 12 FMAs.
+constexpr int kScoreRows = 4, kScoreKeys = 3;
 
 template <int H>
 void score_tile_keys(int c, const float* q, const float* k, int64_t hd, float scale, float* s, int64_t s_stride) {
-  if (c == 2) score_tile<H, 2>(q, k, hd, scale, s, s_stride);
-  else score_tile<H, 1>(q, k, hd, scale, s, s_stride);
+  switch (c) {
+    case 1: score_tile<H, 1>(q, k, hd, scale, s, s_stride); break;
+    case 2: score_tile<H, 2>(q, k, hd, scale, s, s_stride); break;
+    default: score_tile<H, 3>(q, k, hd, scale, s, s_stride); break;
+  }
 }
 
 void scores_avx2(const float* q, int64_t rows, const uint16_t* const* k_rows, int64_t n, int64_t hd, float scale,
                  float* kbuf, float* s, int64_t s_stride) {
   for (int64_t j0 = 0; j0 < n; j0 += kAttnPrefillKeyBlock) {
     const int64_t nj = std::min(kAttnPrefillKeyBlock, n - j0);
+    // The next block's K rows come from L2/L3 while this block's tiles run.
+    for (int64_t j = j0 + kAttnPrefillKeyBlock; j < std::min(n, j0 + 2 * kAttnPrefillKeyBlock); ++j)
+      for (int64_t b = 0; b < hd * 2; b += 64) _mm_prefetch(reinterpret_cast<const char*>(k_rows[j]) + b, _MM_HINT_T0);
     for (int64_t j = 0; j < nj; ++j) load_f16_row(k_rows[j0 + j], kbuf + j * hd, hd);  // once per task
     for (int64_t r = 0; r < rows; r += kScoreRows) {
       const int hr = int(std::min<int64_t>(kScoreRows, rows - r));
@@ -146,14 +157,18 @@ void pv_tile(const float* vb, int64_t w, const int64_t* n_row, const float* p, i
 
 constexpr int kPvRows = 6;
 
+// Row tiles of near-equal height (32 rows: 6, 6, 5, 5, 5, 5 rather than 6 × 5 + 2).
 template <int V>
 void pv_rows(int64_t rows, const float* vb, const int64_t* n_row, const float* p, int64_t p_stride, float* acc,
              int64_t hd) {
-  for (int64_t r = 0; r < rows; r += kPvRows) {
+  const int64_t n_tiles = (rows + kPvRows - 1) / kPvRows, base = rows / n_tiles, extra = rows % n_tiles;
+  for (int64_t i = 0, r = 0; i < n_tiles; ++i) {
+    const int64_t h = base + (i < extra ? 1 : 0);
     const float* pr = p + r * p_stride;
     float* ar = acc + r * hd;
     const int64_t* nr = n_row + r;
-    switch (std::min<int64_t>(kPvRows, rows - r)) {
+    r += h;
+    switch (h) {
       case 1: pv_tile<1, V>(vb, 8 * V, nr, pr, p_stride, ar, hd); break;
       case 2: pv_tile<2, V>(vb, 8 * V, nr, pr, p_stride, ar, hd); break;
       case 3: pv_tile<3, V>(vb, 8 * V, nr, pr, p_stride, ar, hd); break;
