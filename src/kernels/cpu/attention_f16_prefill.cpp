@@ -81,8 +81,10 @@ void merge_into(float* m1, float* l1, float* acc1, float m2, float l2, const flo
 }
 
 // Query rows per task, aimed for (block tokens × GQA group): enough rows to amortise each K/V
-// row's widening, few enough that q, scores and accumulators stay near L1/L2.
-constexpr int64_t kRowsPerTask = 32;
+// row's widening, few enough that q, scores and accumulators stay in L2 (64 rows at head_dim
+// 256: 64 KiB each). Measured single-thread at 4096 tokens on the shipped model's geometry:
+// 64 rows ~7% faster than 32.
+constexpr int64_t kRowsPerTask = 64;
 
 struct Scratch {
   std::vector<float> q, s, acc, kbuf, vbuf, m, l, mc, lc;
