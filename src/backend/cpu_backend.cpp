@@ -14,12 +14,18 @@
 #include "kernels/cpu/attention_f16_prefill.h"
 #include "kernels/cpu/attention_quant.h"
 #include "kernels/cpu/gdn.h"
+#include "kernels/cpu/gdn_chunked.h"
 #include "kernels/cpu/hadamard.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/vec_convert.h"
+#include "model/forward.h"
 
 namespace weft {
+
+// Prefill split invariance (model/forward.h) rests on the chunked GDN counting chunks as forward
+// cuts prompts.
+static_assert(kGdnChunk == kPrefillChunk, "the GDN chunk and the prefill chunk must agree");
 
 CpuBackend::CpuBackend(int threads) : pool_(threads) {}
 
@@ -254,8 +260,11 @@ void CpuBackend::gdn_prep(const GdnPrepArgs& a) {
 }
 
 void CpuBackend::gdn_recurrence(const GdnRecurrentArgs& args, bool chunked) {
-  (void)chunked;  // the chunked prefill form is not wired yet: both forms run row by row
-  gdn_recurrent(args, &pool_);
+  if (chunked) {
+    gdn_chunked(args, &pool_);  // prefill: chunks of 64 from the first row
+  } else {
+    gdn_recurrent(args, &pool_);  // decode: row by row
+  }
 }
 
 void CpuBackend::rmsnorm_gated(const float* x, const float* z, const float* w, float* y, int64_t rows, int64_t n,

@@ -161,6 +161,7 @@ int run_bench_cmd(int argc, char** argv) {
   }
   auto model = Model::load(model_dir);
   if (!model.ok()) return fail(model.status());
+  if (Status s = check_bench_context(model.value()->config(), o.depths, o.gen, o.ceiling_only ? std::vector<DType>{DType::kF16} : o.arms); !s.ok()) return fail(s);
   auto result = lab::run_bench(*model.value(), label, o);
   if (!result.ok()) return fail(result.status());
   const lab::BenchResult& r = result.value();

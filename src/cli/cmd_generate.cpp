@@ -41,6 +41,7 @@ int run_generate(int argc, char** argv) {
   std::vector<std::string> ids_files, prompts;
   int64_t n = 64;
   int threads = 0;
+  int64_t ctx_max = 0;
   bool json = false, no_stop = false;
   SamplerOptions so;
   KvFlags kv;
@@ -59,6 +60,7 @@ int run_generate(int argc, char** argv) {
                "print one JSON object per input (in input order, one per line): tokens, prefill_tok_s, "
                "decode_tok_s, text");
   kv.add(app);
+  add_ctx_max_flag(app, &ctx_max);
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
 
   auto kv_options = kv.resolve();
@@ -91,6 +93,8 @@ int run_generate(int argc, char** argv) {
     jobs.emplace_back().prompt = std::move(ids);
   }
   if (Status s = check_kv_types(c, kv_options.value()); !s.ok()) return fail(s);
+  // The cache holds the prompt and the generated tokens: refuse before anything is allocated.
+  if (Status s = check_context(c, int64_t(ids.size()) + n, {kv_options.value()}, ctx_max); !s.ok()) return fail(s);
 
   EngineOptions eo;
   eo.threads = threads;

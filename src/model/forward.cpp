@@ -183,7 +183,9 @@ void gdn_layer(const ModelConfig& c, const GdnWeights& w, int64_t layer, const R
     args.n_v = nv;
     args.dk = dk;
     args.dv = dv;
-    be.gdn_recurrence(args, seq.numerics == RowNumerics::kPrefill && seq.n > 1);
+    // Prefill rows take the chunked form even when there is a single row: a prompt split at a
+    // multiple of kPrefillChunk must see the same arithmetic on both sides of the cut.
+    be.gdn_recurrence(args, seq.numerics == RowNumerics::kPrefill);
   }
   // Gated RMSNorm per value head (plain w, then ·silu(z)), then the output projection.
   be.rmsnorm_gated(core, z, w.norm.data(), core, R * nv, dv, float(c.rms_norm_eps));

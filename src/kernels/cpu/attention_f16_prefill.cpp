@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/check.h"
 #include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/thread_pool.h"
@@ -99,6 +100,8 @@ Scratch& thread_scratch() {
 
 void run(const KvLayerView& kv, const AttentionArgs& a, ThreadPool* pool, int64_t block_tokens,
          const AttnF16PrefillOps& o) {
+  // Token t sees rows [0, pos0 + t]; the cache must already hold the last of them.
+  WEFT_ASSERT(a.pos0 >= 0 && a.pos0 + a.T <= kv.length, "attention would read past the KV cache");
   const int64_t hd = kv.head_dim, n_kv = kv.n_kv_heads, group = a.n_heads / n_kv;
   int64_t bq = block_tokens;
   if (bq <= 0) {

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/ops.h"
 
@@ -27,7 +28,7 @@ void causal_conv1d_silu(float* x, int64_t T, int64_t channels, const float* w, i
   std::memcpy(state, window.data() + T * channels, size_t(hist * channels) * sizeof(float));
 }
 
-void gdn_recurrent(const GdnRecurrentArgs& a, ThreadPool* pool) {
+void gdn_recurrent_scalar(const GdnRecurrentArgs& a, ThreadPool* pool) {
   const int64_t ratio = a.n_v / a.n_k, dk = a.dk, dv = a.dv;
   auto head = [&](int64_t j) {
     float* S = a.state + j * dk * dv;
@@ -65,6 +66,11 @@ void gdn_recurrent(const GdnRecurrentArgs& a, ThreadPool* pool) {
   };
   if (pool) pool->parallel_for(a.n_v, head);
   else for (int64_t j = 0; j < a.n_v; ++j) head(j);
+}
+
+void gdn_recurrent(const GdnRecurrentArgs& a, ThreadPool* pool) {
+  if (use_avx2()) gdn_recurrent_avx2(a, pool);
+  else gdn_recurrent_scalar(a, pool);
 }
 
 }  // namespace weft

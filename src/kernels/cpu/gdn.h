@@ -20,6 +20,13 @@ void causal_conv1d_silu(float* x, int64_t T, int64_t channels, const float* w, i
 // Per token, per value head j (key head j / (n_v / n_k)):
 //   S *= exp(g); kv = Sᵀk; delta = (v − kv)·beta; S += k ⊗ delta; out = Sᵀq.
 // Value heads are independent tasks; tokens run in order inside a task (deterministic).
+// Every element is computed with separate roundings in this order: S[r][c] = S[r][c]·decay;
+// kv[c] += S[r][c]·k[r] over increasing r (mul, then add); delta[c] = (v[c] − kv[c])·beta;
+// S[r][c] += k[r]·delta[c]; out[c] += S[r][c]·q[r] over increasing r; decay = std::exp(g).
+// Dispatches to the AVX2 path when weft::use_avx2(); both paths give the same bits.
 void gdn_recurrent(const GdnRecurrentArgs& args, ThreadPool* pool);
+void gdn_recurrent_scalar(const GdnRecurrentArgs& args, ThreadPool* pool);
+// Call only when cpu_features().has_avx2_fma_f16c(); exposed so tests can compare the paths.
+void gdn_recurrent_avx2(const GdnRecurrentArgs& args, ThreadPool* pool);
 
 }  // namespace weft

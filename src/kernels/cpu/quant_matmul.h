@@ -1,0 +1,81 @@
+// Matrix products of f32 activations with GGML block-quantized weights (q8_0, q4_0, q4_K, q5_K,
+// q6_K), computed with integer dot products against activations quantized once per token.
+//
+// Activations: each token's row of x is quantized once per call to 8-bit blocks — q8_0 blocks of
+// 32 for q8_0 / q4_0 weights, q8_K blocks of 256 (with exact 16-value sums) for the k-quants —
+// by quantize_activations() below; the scalar and AVX2 paths share that one function.
+//
+// Determinism contract: out[t][n] is one dot product with one fixed order, whatever T, the thread
+// count, or the code path (AVX2 or scalar) that computes it. Integer sums are exact (they never
+// overflow or saturate: activation codes are in [-127, 127]), so only the float steps have an
+// order, and it is:
+//   q8_0, q4_0 (blocks of 32): 8 float lanes, lane j starting at +0; for each block b in order,
+//     lane j takes acc[j] = fma(float(I[b][j]), dw[b] * dx[b], acc[j]) where I[b][j] is the exact
+//     integer sum of w*x over the block's elements 4j..4j+3 and dw, dx are the block scales (f16
+//     widened exactly); then s4[i] = acc[i] + acc[i+4], s2[i] = s4[i] + s4[i+2], s2[0] + s2[1]
+//     (the same reduction as matmul.h).
+//   q4_K, q5_K (super-blocks of 256 = 8 sub-blocks of 32): 8 float lanes from +0; for each
+//     super-block in order, lane j takes
+//       S_j = sum_s sc[s] * sum_{i = 4j..4j+3} q[32s+i] * x[32s+i]      (exact, < 2^24)
+//       M_j = m[j] * (bsums[2j] + bsums[2j+1])                           (mins of sub-block j)
+//       acc[j] = fma(float(S_j), d * dx, acc[j]);  acc[j] = fma(-float(M_j), dmin * dx, acc[j])
+//     then the 8-lane reduction above.
+//   q6_K (16 sub-blocks of 16, seen as 8 groups g of 32): 8 lanes; per super-block lane j takes
+//       S_j = sum_g sc[2g + j/4] * sum_{e = 4j..4j+3} q[32g+e] * x[32g+e]
+//             - 32 * (sc[2j] * bsums[2j] + sc[2j+1] * bsums[2j+1])       (exact int32)
+//       acc[j] = fma(float(S_j), d * dx, acc[j]);  then the 8-lane reduction.
+//   (The lane split is the one _mm256_maddubs_epi16 + _mm256_madd_epi16 produce: int32 lane j
+//   holds bytes 4j..4j+3 of a 32-byte vector; the scalar twin computes exactly these integers.)
+// Threads split output rows into fixed tasks, so the thread count only changes which thread
+// computes an output, never its value. float(int) rounds to nearest even on both paths.
+//
+// Accuracy: the result is the exact dot product of the dequantized weights with the *quantized*
+// activations, up to f32 rounding of the float steps above; against the f32 activations it
+// differs by at most about sum_b (sum_{i in b} |w_i|) * dx_b / 2, dx_b being the scale of
+// activation block b (q8_0 codes are computed against the f16 scale as stored, so this holds).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/quant_types.h"
+
+namespace weft {
+
+class ThreadPool;
+
+// out[t*ldo + n] = sum_k W[n, k] * x[t*ldx + k], for t < T, n < N. W: row-major [N, K] in
+// `wtype`, rows of ggml_row_bytes(wtype, K) bytes, straight from a memory-mapped file (2-byte
+// alignment assumed, no byte outside W read). f32 / f16 / bf16 go to matmul() (matmul.h), the
+// block types to the integer kernels. Precondition: K % ggml_block_size(wtype) == 0, K >= 1.
+// pool may be nullptr. Uses AVX2 when weft::use_avx2().
+void quant_matmul(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
+                  int64_t T, float* out, int64_t ldo, ThreadPool* pool);
+// The scalar twin (always compiled) and the AVX2 path (call only when
+// cpu_features().has_avx2_fma_f16c()); exposed so tests can compare them bit for bit.
+void quant_matmul_scalar(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
+                         int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool);
+void quant_matmul_avx2(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
+                       int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool);
+
+// The activation block type a weight type is multiplied against (q8_0 or q8_K).
+GgmlType activation_type(GgmlType wtype);
+// Quantizes K activations into activation_type(wtype) blocks (ggml_row_bytes of that type).
+// Exposed for tests, which compute the exact expected result from the quantized activations.
+void quantize_activations(GgmlType wtype, const float* x, int64_t K, uint8_t* dst);
+
+// Output rows per parallel task (prefill); decode tasks grow to cover at least
+// kQuantDecodeTaskBytes of weights. Values never depend on either.
+constexpr int64_t kQuantRowsPerTask = 16;
+constexpr int64_t kQuantDecodeTaskBytes = int64_t(64) << 10;
+
+// One dot-product kernel: out[t * ldo + r] = weight row r (of `rows` consecutive rows, row_bytes
+// apart, starting at w) times token t's quantized activations (xq + t * xq_stride), for
+// r < rows, t < ntok. Each output is computed by the same operations whatever ntok is.
+using QuantDotRowsFn = void (*)(const uint8_t* w, size_t row_bytes, int64_t rows, const uint8_t* xq,
+                                size_t xq_stride, int64_t ntok, int64_t K, float* out, int64_t ldo);
+QuantDotRowsFn quant_dot_rows_scalar(GgmlType wtype);  // nullptr for plain types
+QuantDotRowsFn quant_dot_rows_avx2(GgmlType wtype);
+
+}  // namespace weft

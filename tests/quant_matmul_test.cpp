@@ -1,0 +1,229 @@
+// Tests of the quantized-weight matrix products: exactness against float64 on the quantized
+// activations, the activation-quantization error bound against f32 activations, and the
+// determinism contract (AVX2 == scalar bit for bit, T = 1 == T > 1 per row, any thread count).
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/quant_types.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quant_blocks.h"
+#include "kernels/cpu/quant_matmul.h"
+
+namespace weft {
+namespace {
+
+// Bytes that end exactly at an inaccessible page, as a tensor at the end of a mapped file does:
+// any read past the end faults.
+class GuardedBuffer {
+ public:
+  explicit GuardedBuffer(size_t bytes) {
+    page_ = size_t(sysconf(_SC_PAGESIZE));
+    map_bytes_ = (bytes + page_ - 1) / page_ * page_ + page_;
+    void* p = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    EXPECT_NE(p, MAP_FAILED);
+    base_ = static_cast<uint8_t*>(p);
+    mprotect(base_ + map_bytes_ - page_, page_, PROT_NONE);
+    data_ = base_ + map_bytes_ - page_ - bytes;
+  }
+  ~GuardedBuffer() { munmap(base_, map_bytes_); }
+  GuardedBuffer(const GuardedBuffer&) = delete;
+  GuardedBuffer& operator=(const GuardedBuffer&) = delete;
+  uint8_t* data() { return data_; }
+
+ private:
+  size_t page_ = 0, map_bytes_ = 0;
+  uint8_t* base_ = nullptr;
+  uint8_t* data_ = nullptr;
+};
+
+uint32_t fresh_seed() {
+  static std::random_device rd;
+  return rd();
+}
+
+constexpr GgmlType kQuantTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K,
+                                    GgmlType::kQ5_K, GgmlType::kQ6_K};
+
+struct Problem {
+  GgmlType type;
+  int64_t N, K, T, ldx, ldo;
+  std::unique_ptr<GuardedBuffer> w;
+  std::vector<float> w_deq;  // the stored weights, decoded
+  std::vector<float> x;      // T rows, ldx apart
+};
+
+Problem make_problem(GgmlType type, int64_t N, int64_t K, int64_t T, std::mt19937* rng) {
+  Problem p{type, N, K, T, K + 5, N + 3, nullptr, {}, {}};
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  const size_t row_bytes = ggml_row_bytes(type, K);
+  p.w = std::make_unique<GuardedBuffer>(row_bytes * size_t(N));
+  p.w_deq.resize(size_t(N * K));
+  std::vector<float> row(static_cast<size_t>(K));
+  for (int64_t n = 0; n < N; ++n) {
+    for (auto& v : row) v = gauss(*rng) * 0.05f;
+    row[(*rng)() % size_t(K)] *= 15.0f;  // an outlier per row
+    quantize_row(type, row.data(), p.w->data() + size_t(n) * row_bytes, K);
+    dequantize_row(type, p.w->data() + size_t(n) * row_bytes, p.w_deq.data() + size_t(n * K), K);
+  }
+  p.x.assign(size_t(T * p.ldx), 0.0f);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t k = 0; k < K; ++k) p.x[size_t(t * p.ldx + k)] = gauss(*rng) * (k % 97 == 0 ? 8.0f : 1.0f);
+  return p;
+}
+
+using Fn = void (*)(GgmlType, const void*, int64_t, int64_t, const float*, int64_t, int64_t, float*,
+                    int64_t, ThreadPool*);
+
+std::vector<float> run(const Problem& p, Fn fn, ThreadPool* pool) {
+  std::vector<float> out(size_t(p.T * p.ldo), -12345.0f);
+  fn(p.type, p.w->data(), p.N, p.K, p.x.data(), p.ldx, p.T, out.data(), p.ldo, pool);
+  return out;
+}
+
+// Prints the first mismatches so a failure explains itself.
+void expect_bit_identical(const Problem& p, const std::vector<float>& a, const std::vector<float>& b,
+                          const char* what) {
+  int shown = 0, bad = 0;
+  for (int64_t t = 0; t < p.T; ++t) {
+    for (int64_t n = 0; n < p.N; ++n) {
+      const float va = a[size_t(t * p.ldo + n)], vb = b[size_t(t * p.ldo + n)];
+      if (std::memcmp(&va, &vb, 4) != 0) {
+        ++bad;
+        if (shown++ < 5) ADD_FAILURE() << what << ": t=" << t << " n=" << n << " " << va << " vs " << vb;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << " (" << ggml_type_name(p.type) << " N=" << p.N << " K=" << p.K << " T=" << p.T << ")";
+}
+
+// Shapes: block edges (one block, one super-block, two), a large K that is not a power of two,
+// odd row counts (not multiples of the 4-row groups or the 16-row tasks).
+struct Shape { int64_t N, K, T; };
+std::vector<Shape> shapes_for(GgmlType t) {
+  const int64_t bs = ggml_block_size(t);
+  return {{1, bs, 1}, {7, bs, 3}, {5, 256, 2}, {33, 512, 1}, {19, 512, 9}, {37, 4096 + 256, 1}, {11, 4096 + 256, 3}};
+}
+
+TEST(QuantMatmul, ExactOnQuantizedActivationsAndBoundedOnF32) {
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  for (GgmlType type : kQuantTypes) {
+    for (const Shape& s : shapes_for(type)) {
+      Problem p = make_problem(type, s.N, s.K, s.T, &rng);
+      const std::vector<float> out = run(p, quant_matmul, nullptr);
+      const GgmlType at = activation_type(type);
+      const int64_t abs_ = ggml_block_size(at);
+      std::vector<uint8_t> xq(ggml_row_bytes(at, p.K));
+      std::vector<float> xd(size_t(p.K));
+      double worst_exact = 0, worst_bound = 0;
+      for (int64_t t = 0; t < p.T; ++t) {
+        const float* xt = p.x.data() + t * p.ldx;
+        quantize_activations(type, xt, p.K, xq.data());
+        dequantize_row(at, xq.data(), xd.data(), p.K);
+        for (int64_t n = 0; n < p.N; ++n) {
+          const float* wr = p.w_deq.data() + n * p.K;
+          double exact = 0, abs_sum = 0, ref = 0, bound = 0;
+          for (int64_t k = 0; k < p.K; ++k) {
+            exact += double(wr[k]) * xd[size_t(k)];
+            abs_sum += std::fabs(double(wr[k]) * xd[size_t(k)]);
+            ref += double(wr[k]) * xt[k];
+          }
+          // Half a step of each activation block's scale (dx = max|x_b| / 127), times |w| there.
+          for (int64_t b0 = 0; b0 < p.K; b0 += abs_) {
+            double amax = 0, wabs = 0;
+            for (int64_t k = b0; k < b0 + abs_; ++k) {
+              amax = std::max(amax, std::fabs(double(xt[k])));
+              wabs += std::fabs(double(wr[k]));
+            }
+            bound += wabs * amax / 127.0 * 0.5 * 1.002;  // 0.2%: f16 rounding of the q8_0 scale
+          }
+          const double y = out[size_t(t * p.ldo + n)];
+          const double tol_exact = 2e-6 * double(p.K / abs_ + 8) * abs_sum + 1e-30;
+          ASSERT_LE(std::fabs(y - exact), tol_exact)
+              << ggml_type_name(type) << " N=" << p.N << " K=" << p.K << " t=" << t << " n=" << n
+              << ": " << y << " vs exact " << exact;
+          ASSERT_LE(std::fabs(y - ref), bound + tol_exact)
+              << ggml_type_name(type) << " N=" << p.N << " K=" << p.K << " t=" << t << " n=" << n
+              << ": " << y << " vs f64 " << ref;
+          worst_exact = std::max(worst_exact, std::fabs(y - exact) / (abs_sum + 1e-30));
+          worst_bound = std::max(worst_bound, std::fabs(y - ref) / (bound + 1e-30));
+        }
+      }
+      if (s.K > 4096)
+        std::printf("%-5s K=%-5lld worst |y-exact|/sum|wx| %.2e, worst |y-f64|/activation bound %.3f\n",
+                    ggml_type_name(type), (long long)s.K, worst_exact, worst_bound);
+    }
+  }
+}
+
+TEST(QuantMatmul, Avx2IsBitIdenticalToScalar) {
+  if (!cpu_features().has_avx2_fma_f16c()) GTEST_SKIP() << "no AVX2/FMA/F16C on this CPU";
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  ThreadPool pool(2);
+  for (GgmlType type : kQuantTypes) {
+    for (const Shape& s : shapes_for(type)) {
+      Problem p = make_problem(type, s.N, s.K, s.T, &rng);
+      expect_bit_identical(p, run(p, quant_matmul_scalar, nullptr), run(p, quant_matmul_avx2, &pool),
+                           "scalar vs avx2");
+    }
+  }
+}
+
+TEST(QuantMatmul, BatchAndThreadCountDoNotChangeAnyBit) {
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  ThreadPool pool1(1), pool2(2), pool3(3);
+  for (GgmlType type : kQuantTypes) {
+    for (Fn fn : {quant_matmul_scalar, quant_matmul}) {
+      // Enough rows for several tasks both in decode (>= 64 KiB tasks) and prefill (16 rows).
+      Problem p = make_problem(type, 97, 4096 + 256, 6, &rng);
+      const std::vector<float> base = run(p, fn, nullptr);
+      expect_bit_identical(p, base, run(p, fn, &pool1), "1 thread");
+      expect_bit_identical(p, base, run(p, fn, &pool2), "2 threads");
+      expect_bit_identical(p, base, run(p, fn, &pool3), "3 threads");
+      // Each token alone (T = 1, the decode path) gives the bits of its row in the batch.
+      for (int64_t t = 0; t < p.T; ++t) {
+        std::vector<float> one(size_t(p.N));
+        fn(type, p.w->data(), p.N, p.K, p.x.data() + t * p.ldx, p.ldx, 1, one.data(), p.N, &pool2);
+        for (int64_t n = 0; n < p.N; ++n) {
+          const float a = one[size_t(n)], b = base[size_t(t * p.ldo + n)];
+          ASSERT_EQ(std::memcmp(&a, &b, 4), 0)
+              << ggml_type_name(type) << " t=" << t << " n=" << n << ": " << a << " vs " << b;
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantMatmul, PlainTypesGoToMatmul) {
+  std::mt19937 rng(fresh_seed());
+  std::uniform_real_distribution<float> u(-1, 1);
+  const int64_t N = 9, K = 40, T = 2;
+  for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16}) {
+    std::vector<float> wf(size_t(N * K)), x(size_t(T * K));
+    for (auto& v : wf) v = u(rng);
+    for (auto& v : x) v = u(rng);
+    std::vector<uint8_t> w(ggml_row_bytes(type, K) * size_t(N));
+    quantize_row(type, wf.data(), w.data(), N * K);
+    std::vector<float> a(size_t(T * N)), b(size_t(T * N));
+    quant_matmul(type, w.data(), N, K, x.data(), K, T, a.data(), N, nullptr);
+    matmul(*ggml_type_to_dtype(type), w.data(), N, K, x.data(), K, T, b.data(), N, nullptr);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << ggml_type_name(type);
+  }
+}
+
+}  // namespace
+}  // namespace weft
