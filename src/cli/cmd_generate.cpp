@@ -93,8 +93,12 @@ int run_generate(int argc, char** argv) {
     jobs.emplace_back().prompt = std::move(ids);
   }
   if (Status s = check_kv_types(c, kv_options.value()); !s.ok()) return fail(s);
-  // The cache holds the prompt and the generated tokens: refuse before anything is allocated.
-  if (Status s = check_context(c, int64_t(ids.size()) + n, {kv_options.value()}, ctx_max); !s.ok()) return fail(s);
+  // Each input's cache holds its prompt and its generated tokens: refuse before anything is
+  // allocated (counted as if every input were as long as the longest).
+  size_t longest = 0;
+  for (const Job& j : jobs) longest = std::max(longest, j.prompt.size());
+  const std::vector<KvOptions> caches(jobs.size(), kv_options.value());
+  if (Status s = check_context(c, int64_t(longest) + n, caches, ctx_max); !s.ok()) return fail(s);
 
   EngineOptions eo;
   eo.threads = threads;
