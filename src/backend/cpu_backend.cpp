@@ -29,7 +29,7 @@ static_assert(kGdnChunk == kPrefillChunk, "the GDN chunk and the prefill chunk m
 
 CpuBackend::CpuBackend(int threads) : pool_(threads) {}
 
-std::string CpuBackend::name() const { return use_avx2() ? "cpu (avx2)" : "cpu (scalar)"; }
+std::string CpuBackend::name() const { return "cpu: " + kernel_path_description(); }
 
 float* CpuBackend::buffer(Buf role, int64_t n) {
   std::vector<float>& v = buffers_[size_t(role)];
