@@ -28,7 +28,9 @@ namespace weft {
 
 struct EngineOptions {
   int threads = 0;              // 0: one per hardware thread
-  int64_t prefill_batch = 512;  // rows per prefill forward call (rounded up to a multiple of kPrefillChunk)
+  // Rows per prefill forward call, rounded up to a multiple of kPrefillChunk; 0: sized by memory
+  // (prefill_rows_for_memory). Results do not depend on it.
+  int64_t prefill_batch = 0;
 };
 
 using SeqId = int64_t;

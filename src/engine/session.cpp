@@ -7,6 +7,7 @@ namespace weft {
 Session::Session(const Model& model, const SessionOptions& options)
     : model_(model), options_(options), backend_(options.threads), state_(model.config(), options.kv,
                                                                          &backend_.allocator()) {
+  if (options_.batch <= 0) options_.batch = prefill_rows_for_memory(model.config());
   options_.batch = std::max<int64_t>(1, (options_.batch + kPrefillChunk - 1) / kPrefillChunk) * kPrefillChunk;
 }
 

@@ -20,7 +20,9 @@ namespace weft {
 struct SessionOptions {
   KvOptions kv;
   int threads = 0;        // 0: one per hardware thread
-  int64_t batch = 512;    // prefill tokens per forward call (rounded up to a multiple of kPrefillChunk)
+  // Prefill tokens per forward call, rounded up to a multiple of kPrefillChunk; 0: sized by
+  // memory (prefill_rows_for_memory). Results do not depend on it.
+  int64_t batch = 0;
 };
 
 class Session {

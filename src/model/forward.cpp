@@ -338,6 +338,18 @@ Status forward(const Model& model, Backend& be, std::span<const SequenceRows> ba
   return Status();
 }
 
+int64_t prefill_rows_for_memory(const ModelConfig& c, int64_t budget_bytes) {
+  // Floats of scratch per row, from the buffers the layers size (an upper bound: every role at
+  // its largest use): residual/normed/output, five projection buffers, RoPE, MoE slots.
+  const int64_t H = c.hidden_size, K = std::max<int64_t>(1, c.num_experts_per_tok);
+  const int64_t proj = std::max({c.num_attention_heads * c.head_dim * 2, c.gdn_conv_dim() + c.gdn_value_dim(),
+                                 c.intermediate_size, c.num_experts, int64_t(1)});
+  const int64_t moe = c.num_experts > 0 ? K * (2 * H + 2 * c.moe_intermediate_size) + c.num_experts : 0;
+  const int64_t per_row = 4 * (3 * H + 5 * proj + c.rotary_dim + moe + 2 * c.shared_expert_intermediate_size);
+  const int64_t rows = std::clamp<int64_t>(budget_bytes / std::max<int64_t>(1, per_row), kPrefillChunk, 4096);
+  return rows / kPrefillChunk * kPrefillChunk;
+}
+
 Status forward(const Model& model, Backend& backend, const SequenceRows& rows) {
   return forward(model, backend, std::span<const SequenceRows>(&rows, 1));
 }

@@ -33,6 +33,12 @@ constexpr int64_t kPrefillChunk = 64;
 
 enum class RowNumerics { kPrefill, kDecode };
 
+// Prefill rows per forward call sized by memory: as many as keep the forward pass's scratch
+// (activations, projections, MoE slots) within `budget_bytes`, a multiple of kPrefillChunk in
+// [kPrefillChunk, 4096]. Bigger calls read each weight (and each MoE expert) fewer times per
+// prompt; the result does not depend on the size (split invariance).
+int64_t prefill_rows_for_memory(const ModelConfig& config, int64_t budget_bytes = int64_t(1) << 30);
+
 struct SequenceRows {
   ModelState* state = nullptr;  // the sequence: its rows sit at positions [state->position(), + n)
   const int32_t* ids = nullptr;  // host
