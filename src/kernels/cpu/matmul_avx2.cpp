@@ -196,6 +196,9 @@ constexpr int kPfGroups = 2;
 // and one x register must fit the 16 ymm registers.
 constexpr int kTileRows = 4;
 constexpr int kTileTokens = 3;
+// Up to this many tokens, a matmul streams the weights once per token (decode path; the
+// repeats hit L2) instead of widening them for the prefill tiles.
+constexpr int64_t kStreamingTokens = 8;
 
 template <DType D>
 void decode_block(const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, int64_t K,
@@ -290,18 +293,27 @@ void matmul_avx2(DType wtype, const void* w, int64_t N, int64_t K, const float* 
   // Decode streams each weight once, so per-task costs (dispatch, the first group's misses)
   // weigh more than in prefill: tasks cover at least kDecodeTaskBytes of weights. The grain
   // only decides which thread computes an output, never its value.
+  // A few tokens (batched decode of several sequences, MoE experts with a handful of rows) take
+  // the decode path once per token: the task's >= 64 KiB of weights come from memory for the
+  // first token and from L2 for the others, while the prefill path would widen them to f32
+  // first. Each output is the same dot product either way.
+  const bool streaming = T <= kStreamingTokens;
   int64_t rows_per_task = kMatmulRowsPerTask;
-  if (T == 1)
+  if (streaming)
     while (size_t(rows_per_task) * row_bytes < size_t(kDecodeTaskBytes)) rows_per_task *= 2;
   auto task = [&](int64_t i) {
     const int64_t n0 = i * rows_per_task;
     const int64_t n1 = n0 + rows_per_task < N ? n0 + rows_per_task : N;
-    if (T == 1) {
-      switch (wtype) {
-        case DType::kF16: decode_block<DType::kF16>(wbytes, row_bytes, n0, n1, K, x, out); break;
-        case DType::kBF16: decode_block<DType::kBF16>(wbytes, row_bytes, n0, n1, K, x, out); break;
-        case DType::kF32: decode_block<DType::kF32>(wbytes, row_bytes, n0, n1, K, x, out); break;
-        default: break;  // unreachable: refused by the WEFT_CHECK above
+    if (streaming) {
+      for (int64_t t = 0; t < T; ++t) {
+        const float* xt = x + t * ldx;
+        float* ot = out + t * ldo;
+        switch (wtype) {
+          case DType::kF16: decode_block<DType::kF16>(wbytes, row_bytes, n0, n1, K, xt, ot); break;
+          case DType::kBF16: decode_block<DType::kBF16>(wbytes, row_bytes, n0, n1, K, xt, ot); break;
+          case DType::kF32: decode_block<DType::kF32>(wbytes, row_bytes, n0, n1, K, xt, ot); break;
+          default: break;  // unreachable: refused by the WEFT_CHECK above
+        }
       }
     } else {
       prefill_block(wtype, wbytes, row_bytes, n0, n1, K, x, ldx, T, out, ldo);
