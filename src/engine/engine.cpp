@@ -42,10 +42,7 @@ Status Engine::prefill(std::span<const PrefillInput> inputs,
     if (!st.ok()) return st.status();
     for (const Pending& p : pending)
       if (p.state == st.value()) return Status::error("prefill: sequence " + std::to_string(in.seq) + " listed twice");
-    for (int64_t i = 0; i < in.n; ++i)
-      if (in.ids[i] < 0 || in.ids[i] >= V)
-        return Status::error("token id " + std::to_string(in.ids[i]) + " at index " + std::to_string(i) +
-                             " is outside the vocabulary [0, " + std::to_string(V) + ")");
+    WEFT_RETURN_IF_ERROR(check_token_ids(in.ids, in.n, V));
     if (in.n > 0) pending.push_back({st.value(), &in, 0});
     total += in.n;
   }

@@ -13,10 +13,7 @@ Session::Session(const Model& model, const SessionOptions& options)
 
 Status Session::feed(const int32_t* ids, int64_t n, float* all_logits, float* last_logits) {
   const int64_t V = model_.config().vocab_size;
-  for (int64_t i = 0; i < n; ++i)
-    if (ids[i] < 0 || ids[i] >= V)
-      return Status::error("token id " + std::to_string(ids[i]) + " at index " + std::to_string(i) +
-                           " is outside the vocabulary [0, " + std::to_string(V) + ")");
+  WEFT_RETURN_IF_ERROR(check_token_ids(ids, n, V));  // all of them before the first call changes anything
   for (int64_t done = 0; done < n;) {
     SequenceRows rows;
     rows.state = &state_;

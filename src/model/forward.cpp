@@ -235,14 +235,10 @@ void moe_layer(const ModelConfig& c, const FfnWeights& w, int64_t R, const float
 }
 
 Status validate(const ModelConfig& c, std::span<const SequenceRows> batch) {
-  const int64_t V = c.vocab_size;
   for (size_t s = 0; s < batch.size(); ++s) {
     const SequenceRows& seq = batch[s];
     if (!seq.state || seq.n < 0 || (seq.n > 0 && !seq.ids)) return Status::error("forward: malformed batch entry");
-    for (int64_t t = 0; t < seq.n; ++t)
-      if (seq.ids[t] < 0 || seq.ids[t] >= V)
-        return Status::error("token id " + std::to_string(seq.ids[t]) + " at index " + std::to_string(t) +
-                             " is outside the vocabulary [0, " + std::to_string(V) + ")");
+    WEFT_RETURN_IF_ERROR(check_token_ids(seq.ids, seq.n, c.vocab_size));
     for (size_t o = 0; o < s; ++o)
       if (batch[o].state == seq.state) return Status::error("forward: a sequence appears twice in one batch");
     if ((seq.state->kv_options().rotates_k() || seq.state->kv_options().rotates_v()) && (c.head_dim & (c.head_dim - 1)) != 0)
@@ -253,6 +249,14 @@ Status validate(const ModelConfig& c, std::span<const SequenceRows> batch) {
 }
 
 }  // namespace
+
+Status check_token_ids(const int32_t* ids, int64_t n, int64_t vocab) {
+  for (int64_t t = 0; t < n; ++t)
+    if (ids[t] < 0 || ids[t] >= vocab)
+      return Status::error("token id " + std::to_string(ids[t]) + " at index " + std::to_string(t) +
+                           " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  return Status();
+}
 
 Status forward(const Model& model, Backend& be, std::span<const SequenceRows> batch) {
   const ModelConfig& c = model.config();

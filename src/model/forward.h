@@ -50,6 +50,9 @@ struct SequenceRows {
   bool all_logits = false;
 };
 
+// An error naming the first id outside [0, vocab), if any.
+Status check_token_ids(const int32_t* ids, int64_t n, int64_t vocab);
+
 // Runs every sequence's rows and advances each state by its n. Fails, changing nothing, on a
 // token id outside the vocabulary, a sequence listed twice, or a --kv-rotate the model cannot take.
 Status forward(const Model& model, Backend& backend, std::span<const SequenceRows> batch);
