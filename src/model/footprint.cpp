@@ -34,7 +34,7 @@ Footprint compute_footprint(const Model& model) {
   Counter total, active;
   total.add(w.embed_tokens);
   active.params += c.hidden_size;  // one embedding row is read per token
-  active.bytes += uint64_t(c.hidden_size) * dtype_size(w.embed_tokens.dtype);
+  active.bytes += w.embed_tokens.row_bytes();
   if (w.lm_head.data != w.embed_tokens.data) total.add(w.lm_head);
   active.add(w.lm_head);
   for (const LayerWeights& L : w.layers) {

@@ -14,8 +14,8 @@ namespace weft {
 
 class Model {
  public:
-  // Opens an HF directory, parses its config and binds every weight, checking each tensor's
-  // shape and dtype against the config. Errors name the tensor and both shapes.
+  // Opens an HF directory or a .gguf file, parses its config and binds every weight, checking
+  // each tensor's shape and dtype against the config. Errors name the tensor and both shapes.
   static Result<std::unique_ptr<Model>> load(const std::string& dir);
 
   const ModelConfig& config() const { return config_; }

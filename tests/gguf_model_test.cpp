@@ -1,0 +1,180 @@
+// GGUF models end to end: a checkpoint converted by convert_hf_to_gguf ("keep": the checkpoint's
+// own weight types) and loaded back through Model::load gives logits bit-identical to the
+// safetensors original on every fixture architecture and the shipped model; quantized
+// conversions stay close; the tokenizer survives the trip; hostile files fail cleanly via the CLI.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "engine/session.h"
+#include "io/gguf.h"
+#include "io/gguf_layout.h"
+#include "io/tokenizer.h"
+#include "model/gguf_convert.h"
+#include "model/model.h"
+#include "test_util.h"
+
+namespace weft {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<int32_t> test_ids(int64_t V, int64_t T) {
+  std::vector<int32_t> ids;
+  uint64_t s = 12345;
+  for (int64_t i = 0; i < T; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    ids.push_back(int32_t((s >> 33) % uint64_t(V)));
+  }
+  return ids;
+}
+
+std::vector<float> logits_of(const std::string& path, const std::vector<int32_t>& ids) {
+  auto model = Model::load(path);
+  EXPECT_TRUE(model.ok()) << model.status().message();
+  if (!model.ok()) return {};
+  const int64_t V = model.value()->config().vocab_size, T = int64_t(ids.size());
+  SessionOptions so;
+  so.threads = 2;
+  so.batch = 16;
+  Session session(*model.value(), so);
+  std::vector<float> logits(size_t(T * V)), last(size_t(V));
+  EXPECT_TRUE(session.feed(ids.data(), T, logits.data(), last.data()).ok());
+  return logits;
+}
+
+std::string model_dir_of(const std::string& name) {
+  if (name == "weft-tiny-hybrid") return test::source_dir() + "/models/weft-tiny-hybrid";
+  return test::source_dir() + "/tests/data/fixtures/" + name;
+}
+
+class GgufRoundTrip : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GgufRoundTrip, KeepTypesBitIdentical) {
+  const std::string dir = model_dir_of(GetParam());
+  const std::string out = test::temp_dir("gguf_rt") + "/model.gguf";
+  Status s = convert_hf_to_gguf(dir, out, WeightScheme::kKeep);
+  ASSERT_TRUE(s.ok()) << s.message();
+  auto hf = Model::load(dir);
+  ASSERT_TRUE(hf.ok());
+  const std::vector<int32_t> ids = test_ids(hf.value()->config().vocab_size, 40);
+  const std::vector<float> a = logits_of(dir, ids), b = logits_of(out, ids);
+  ASSERT_EQ(a.size(), b.size());
+  size_t diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff += std::memcmp(&a[i], &b[i], 4) != 0;
+  EXPECT_EQ(diff, 0u) << GetParam() << ": " << diff << " of " << a.size() << " logits differ";
+}
+
+INSTANTIATE_TEST_SUITE_P(All, GgufRoundTrip,
+                         ::testing::Values("qwen35_dense", "qwen35_moe_hd256", "qwen35_moe_experts_f16",
+                                           "qwen35_vl_tied_sharded", "qwen3next_moe", "qwen3_tied_f16", "llama_f32",
+                                           "weft-tiny-hybrid"));
+
+TEST(GgufModel, QuantizedShippedModelStaysClose) {
+  const std::string dir = model_dir_of("weft-tiny-hybrid");
+  const std::string tmp = test::temp_dir("gguf_q");
+  ASSERT_TRUE(convert_hf_to_gguf(dir, tmp + "/bf16.gguf", WeightScheme::kKeep).ok());
+  const std::vector<int32_t> ids = test_ids(8192, 48);
+  const std::vector<float> ref = logits_of(dir, ids);
+  const int64_t V = int64_t(ref.size()) / 48;
+  for (WeightScheme sc : {WeightScheme::kQ8_0, WeightScheme::kQ4_K_M, WeightScheme::kQ5_K_M, WeightScheme::kQ6_K, WeightScheme::kQ4_0}) {
+    const std::string q = tmp + "/" + weight_scheme_name(sc) + ".gguf";
+    Status s = quantize_gguf(tmp + "/bf16.gguf", q, sc);
+    ASSERT_TRUE(s.ok()) << s.message();
+    const std::vector<float> got = logits_of(q, ids);
+    ASSERT_EQ(got.size(), ref.size());
+    double kl = 0;
+    int agree = 0;
+    for (int64_t t = 0; t < 48; ++t) {
+      const float* p = ref.data() + t * V;
+      const float* g = got.data() + t * V;
+      double mp = -1e30, mg = -1e30, zp = 0, zg = 0;
+      int64_t ap = 0, ag = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        if (p[v] > mp) { mp = p[v]; ap = v; }
+        if (g[v] > mg) { mg = g[v]; ag = v; }
+      }
+      for (int64_t v = 0; v < V; ++v) { zp += std::exp(p[v] - mp); zg += std::exp(g[v] - mg); }
+      for (int64_t v = 0; v < V; ++v) {
+        const double lp = p[v] - mp - std::log(zp), lg = g[v] - mg - std::log(zg);
+        kl += std::exp(lp) * (lp - lg);
+      }
+      agree += ap == ag;
+    }
+    std::printf("[ %s ] mean KL %.3g, top-1 agreement %d/48\n", weight_scheme_name(sc), kl / 48, agree);
+    EXPECT_LT(kl / 48, sc == WeightScheme::kQ4_0 || sc == WeightScheme::kQ4_K_M ? 0.1 : 0.02) << weight_scheme_name(sc);
+  }
+}
+
+TEST(GgufModel, TokenizerFromMetadataMatchesTokenizerJson) {
+  const std::string dir = model_dir_of("weft-tiny-hybrid");
+  const std::string out = test::temp_dir("gguf_tok") + "/model.gguf";
+  ASSERT_TRUE(convert_hf_to_gguf(dir, out, WeightScheme::kQ8_0).ok());
+  auto a = Tokenizer::load_from_dir(dir);
+  auto b = Tokenizer::load_from_dir(out);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  const std::string text = "It is a truth universally acknowledged, 1234 times; <|endoftext|> Ünïcode\n\n  end";
+  EXPECT_EQ(a->encode(text), b->encode(text));
+  EXPECT_EQ(a->eos_ids(), b->eos_ids());
+  EXPECT_EQ(a->bos_id(), b->bos_id());
+  EXPECT_EQ(a->add_bos(), b->add_bos());
+}
+
+TEST(GgufModel, LayoutMapsInvert) {
+  for (auto map : {llama_rope_row_map(3, 8), vhead_tiled_map(2, 6), qwen3next_qkvz_row_map(2, 4, 4, 3)}) {
+    std::vector<int64_t> seen(map.size(), 0);
+    for (int64_t m : map) ++seen[size_t(m)];
+    for (int64_t c : seen) EXPECT_EQ(c, 1);
+  }
+  EXPECT_EQ(vhead_tiled_map(2, 4), (std::vector<int64_t>{0, 2, 1, 3}));
+  for (float a_log : {-3.0f, -0.5f, 0.0f, 0.7f, 1.3f, 2.9f}) {
+    const float a = -std::exp(a_log);
+    EXPECT_EQ(-std::exp(a_log_from_ssm_a(a)), a);
+  }
+}
+
+TEST(GgufModel, HostileFilesFailCleanlyViaCli) {
+  const std::string tmp = test::temp_dir("gguf_bad");
+  const std::string good = tmp + "/good.gguf";
+  ASSERT_TRUE(convert_hf_to_gguf(model_dir_of("qwen35_dense"), good, WeightScheme::kKeep).ok());
+  std::ifstream in(good, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto write = [&](const std::string& name, const std::string& b) {
+    std::ofstream o(tmp + "/" + name, std::ios::binary);
+    o.write(b.data(), std::streamsize(b.size()));
+    return tmp + "/" + name;
+  };
+  std::vector<std::string> bad;
+  bad.push_back(write("truncated.gguf", bytes.substr(0, bytes.size() / 2)));
+  bad.push_back(write("header_only.gguf", bytes.substr(0, 24)));
+  std::string wrong_arch = bytes;
+  const size_t at = wrong_arch.find("qwen35");
+  ASSERT_NE(at, std::string::npos);
+  wrong_arch.replace(at, 6, "qwen99");
+  bad.push_back(write("wrong_arch.gguf", wrong_arch));
+  // A model missing a tensor: the same metadata, one tensor fewer.
+  {
+    auto f = GgufFile::open(good);
+    ASSERT_TRUE(f.ok());
+    std::vector<GgufTensorToWrite> ts;
+    for (const GgufTensor& t : f->tensors())
+      if (t.name != "blk.1.ssm_out.weight") ts.push_back({t.name, t.type, t.ne, t.data});
+    ASSERT_TRUE(write_gguf(tmp + "/missing.gguf", f->metadata(), ts).ok());
+    bad.push_back(tmp + "/missing.gguf");
+  }
+  for (const std::string& path : bad) {
+    std::string output;
+    const int rc = test::run_command(test::weft_binary() + " info -m " + path + " 2>&1", &output);
+    EXPECT_NE(rc, 0) << path;
+    EXPECT_NE(output.find("weft"), std::string::npos) << output;
+    EXPECT_EQ(output.find("Assertion"), std::string::npos) << output;
+    std::printf("[ %s ] %s", fs::path(path).filename().c_str(), output.c_str());
+  }
+}
+
+}  // namespace
+}  // namespace weft
