@@ -41,7 +41,7 @@ std::vector<float> logits_of(const std::string& path, const std::vector<int32_t>
   so.threads = 2;
   so.batch = 16;
   Session session(*model.value(), so);
-  std::vector<float> logits(size_t(T * V)), last(size_t(V));
+  std::vector<float> logits(static_cast<size_t>(T * V)), last(static_cast<size_t>(V));
   EXPECT_TRUE(session.feed(ids.data(), T, logits.data(), last.data()).ok());
   return logits;
 }

@@ -17,7 +17,7 @@ std::vector<int64_t> llama_rope_row_map(int64_t n_heads, int64_t head_dim) {
 
 std::vector<int64_t> vhead_tiled_map(int64_t n_k, int64_t n_v) {
   const int64_t r = n_v / n_k;
-  std::vector<int64_t> map(size_t(n_v));
+  std::vector<int64_t> map(static_cast<size_t>(n_v));
   for (int64_t k = 0; k < r; ++k)
     for (int64_t g = 0; g < n_k; ++g) map[size_t(k * n_k + g)] = g * r + k;
   return map;

@@ -240,7 +240,7 @@ Result<std::unique_ptr<ModelFiles>> ModelFiles::open_gguf(const std::string& pat
     if (suffix == "ssm_a") {
       // Stored as -exp(A_log) in f32; back to an A_log that reproduces it exactly.
       if (t.type != GgmlType::kF32 || t.numel() != nv) return fail("tensor '" + t.name + "' must be f32 [" + std::to_string(nv) + "]");
-      std::vector<float> a(size_t(nv));
+      std::vector<float> a(static_cast<size_t>(nv));
       std::memcpy(a.data(), t.data, size_t(nv) * 4);
       auto* d = reinterpret_cast<float*>(own(size_t(nv) * 4));
       for (int64_t h = 0; h < nv; ++h) d[v_tiled ? vmap[size_t(h)] : h] = a_log_from_ssm_a(a[size_t(h)]);

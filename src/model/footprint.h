@@ -5,6 +5,9 @@
 
 #include <cstdint>
 
+#include <map>
+#include <string>
+
 #include "model/model.h"
 #include "model/state.h"
 
@@ -20,6 +23,8 @@ struct Footprint {
   uint64_t gdn_state_bytes = 0;    // conv windows + delta-rule states, f32, independent of context
   int64_t full_attention_layers = 0;
   int64_t linear_attention_layers = 0;
+  // Total weight bytes per stored type ("bf16", "q4_K", ...; small f32 vectors under "f32").
+  std::map<std::string, uint64_t> weight_bytes_by_type;
 };
 
 Footprint compute_footprint(const Model& model);
