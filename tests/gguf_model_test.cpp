@@ -73,40 +73,78 @@ INSTANTIATE_TEST_SUITE_P(All, GgufRoundTrip,
                                            "qwen35_vl_tied_sharded", "qwen3next_moe", "qwen3_tied_f16", "llama_f32",
                                            "weft-tiny-hybrid"));
 
-TEST(GgufModel, QuantizedShippedModelStaysClose) {
+struct Fidelity {
+  double kl = 0, top1 = 0, ppl_ratio = 1;
+};
+
+// Teacher-forced: position t's distribution vs the reference's; PPL over the true next tokens.
+Fidelity fidelity_of(const std::vector<float>& ref, const std::vector<float>& got, const std::vector<int32_t>& ids) {
+  const int64_t T = int64_t(ids.size()), V = int64_t(ref.size()) / T;
+  Fidelity f;
+  double nll_ref = 0, nll_got = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const float* p = ref.data() + t * V;
+    const float* g = got.data() + t * V;
+    double mp = -1e30, mg = -1e30, zp = 0, zg = 0;
+    int64_t ap = 0, ag = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      if (p[v] > mp) { mp = p[v]; ap = v; }
+      if (g[v] > mg) { mg = g[v]; ag = v; }
+    }
+    for (int64_t v = 0; v < V; ++v) { zp += std::exp(p[v] - mp); zg += std::exp(g[v] - mg); }
+    const double lzp = mp + std::log(zp), lzg = mg + std::log(zg);
+    for (int64_t v = 0; v < V; ++v) {
+      const double lp = p[v] - lzp, lg = g[v] - lzg;
+      f.kl += std::exp(lp) * (lp - lg);
+    }
+    f.top1 += ap == ag;
+    if (t + 1 < T) {
+      nll_ref += lzp - p[ids[size_t(t + 1)]];
+      nll_got += lzg - g[ids[size_t(t + 1)]];
+    }
+  }
+  f.kl /= double(T);
+  f.top1 /= double(T);
+  f.ppl_ratio = std::exp((nll_got - nll_ref) / double(T - 1));
+  return f;
+}
+
+// Weight-quantization fidelity of the shipped model vs its bf16 weights, on `ids`.
+void check_quantized(const std::vector<int32_t>& ids, const char* what) {
   const std::string dir = model_dir_of("weft-tiny-hybrid");
   const std::string tmp = test::temp_dir("gguf_q");
   ASSERT_TRUE(convert_hf_to_gguf(dir, tmp + "/bf16.gguf", WeightScheme::kKeep).ok());
-  const std::vector<int32_t> ids = test_ids(8192, 48);
   const std::vector<float> ref = logits_of(dir, ids);
-  const int64_t V = int64_t(ref.size()) / 48;
-  for (WeightScheme sc : {WeightScheme::kQ8_0, WeightScheme::kQ4_K_M, WeightScheme::kQ5_K_M, WeightScheme::kQ6_K, WeightScheme::kQ4_0}) {
+  for (WeightScheme sc : {WeightScheme::kQ8_0, WeightScheme::kQ6_K, WeightScheme::kQ5_K_M, WeightScheme::kQ4_K_M, WeightScheme::kQ4_0}) {
     const std::string q = tmp + "/" + weight_scheme_name(sc) + ".gguf";
     Status s = quantize_gguf(tmp + "/bf16.gguf", q, sc);
     ASSERT_TRUE(s.ok()) << s.message();
     const std::vector<float> got = logits_of(q, ids);
     ASSERT_EQ(got.size(), ref.size());
-    double kl = 0;
-    int agree = 0;
-    for (int64_t t = 0; t < 48; ++t) {
-      const float* p = ref.data() + t * V;
-      const float* g = got.data() + t * V;
-      double mp = -1e30, mg = -1e30, zp = 0, zg = 0;
-      int64_t ap = 0, ag = 0;
-      for (int64_t v = 0; v < V; ++v) {
-        if (p[v] > mp) { mp = p[v]; ap = v; }
-        if (g[v] > mg) { mg = g[v]; ag = v; }
-      }
-      for (int64_t v = 0; v < V; ++v) { zp += std::exp(p[v] - mp); zg += std::exp(g[v] - mg); }
-      for (int64_t v = 0; v < V; ++v) {
-        const double lp = p[v] - mp - std::log(zp), lg = g[v] - mg - std::log(zg);
-        kl += std::exp(lp) * (lp - lg);
-      }
-      agree += ap == ag;
-    }
-    std::printf("[ %s ] mean KL %.3g, top-1 agreement %d/48\n", weight_scheme_name(sc), kl / 48, agree);
-    EXPECT_LT(kl / 48, sc == WeightScheme::kQ4_0 || sc == WeightScheme::kQ4_K_M ? 0.1 : 0.02) << weight_scheme_name(sc);
+    const Fidelity f = fidelity_of(ref, got, ids);
+    std::printf("[ %s %s ] %zu tokens: mean KL %.3g, top-1 %.2f%%, PPL ratio %.4f\n", what, weight_scheme_name(sc),
+                ids.size(), f.kl, 100 * f.top1, f.ppl_ratio);
+    const bool four_bit = sc == WeightScheme::kQ4_0 || sc == WeightScheme::kQ4_K_M;
+    EXPECT_LT(f.kl, four_bit ? 0.1 : 0.02) << weight_scheme_name(sc);
+    EXPECT_GT(f.top1, four_bit ? 0.8 : 0.9) << weight_scheme_name(sc);
   }
+}
+
+TEST(GgufModel, QuantizedShippedModelStaysClose) { check_quantized(test_ids(8192, 48), "random ids"); }
+
+// The figure on held-out text (../shared/data/corpora/heldout/wikitext2-test.txt, first 1024
+// tokens); skipped where the corpus is absent.
+TEST(GgufModel, QuantizedShippedModelOnHeldOutText) {
+  const std::string path = test::shared_dir() + "/data/corpora/heldout/wikitext2-test.txt";
+  if (!fs::exists(path)) GTEST_SKIP() << "held-out corpus not found at " << path;
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text = text.substr(0, 16384);
+  auto tok = Tokenizer::load_from_dir(model_dir_of("weft-tiny-hybrid"));
+  ASSERT_TRUE(tok.ok());
+  std::vector<int32_t> ids = tok->encode(text);
+  if (ids.size() > 1024) ids.resize(1024);
+  check_quantized(ids, "wikitext2");
 }
 
 TEST(GgufModel, TokenizerFromMetadataMatchesTokenizerJson) {
