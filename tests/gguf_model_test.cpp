@@ -216,3 +216,59 @@ TEST(GgufModel, HostileFilesFailCleanlyViaCli) {
 
 }  // namespace
 }  // namespace weft
+
+namespace weft {
+namespace {
+
+// Metadata that lies (huge or inconsistent sizes, absurd layer names) is refused with a
+// message, never a crash, a hang or a huge allocation.
+TEST(GgufModel, HostileMetadataRejected) {
+  const std::string tmp = test::temp_dir("gguf_meta");
+  const std::string good = tmp + "/good.gguf";
+  ASSERT_TRUE(convert_hf_to_gguf(model_dir_of("qwen35_dense"), good, WeightScheme::kKeep).ok());
+  auto f = GgufFile::open(good);
+  ASSERT_TRUE(f.ok());
+  std::vector<GgufTensorToWrite> ts;
+  for (const GgufTensor& t : f->tensors()) ts.push_back({t.name, t.type, t.ne, t.data});
+  struct Case {
+    const char* key;
+    GgufValue value;
+  };
+  const Case cases[] = {
+      {"qwen35.block_count", GgufValue::u32(4000000000u)},
+      {"qwen35.block_count", GgufValue::u32(0)},
+      {"qwen35.attention.head_count", GgufValue::u64(uint64_t(1) << 40)},
+      {"qwen35.attention.key_length", GgufValue::u32(1u << 30)},
+      {"qwen35.ssm.time_step_rank", GgufValue::u32(3)},
+      {"qwen35.ssm.group_count", GgufValue::u32(4096)},
+      {"qwen35.ssm.inner_size", GgufValue::string("many")},
+      {"qwen35.nextn_predict_layers", GgufValue::u32(4)},
+      {"tokenizer.ggml.model", GgufValue::string("gpt2")},  // a tokenizer with no tokens
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    auto meta = f->metadata();
+    bool replaced = false;
+    for (auto& [k, v] : meta)
+      if (k == c.key) { v = c.value; replaced = true; }
+    if (!replaced) meta.emplace_back(c.key, c.value);
+    const std::string path = tmp + "/bad" + std::to_string(i++) + ".gguf";
+    ASSERT_TRUE(write_gguf(path, meta, ts).ok());
+    auto m = Model::load(path);
+    auto tok = Tokenizer::load_from_dir(path);
+    EXPECT_TRUE(!m.ok() || !tok.ok()) << c.key;
+    std::printf("[ %s ] %s\n", c.key, (!m.ok() ? m.status() : tok.status()).message().c_str());
+  }
+  // A tensor whose layer number overflows is not a layer of the model: ignored, and the model
+  // still loads.
+  {
+    auto ts2 = ts;
+    ts2.push_back({"blk.99999999999999999999999.attn_norm.weight", GgmlType::kF32, {64}, ts[1].data});
+    ASSERT_TRUE(write_gguf(tmp + "/overflow.gguf", f->metadata(), ts2).ok());
+    auto m = Model::load(tmp + "/overflow.gguf");
+    EXPECT_TRUE(m.ok()) << m.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace weft

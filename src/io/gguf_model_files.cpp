@@ -5,6 +5,7 @@
 // regrouped in_proj_qkvz, ssm_a = -exp(A_log), the squeezed conv1d and the stacked experts
 // (exposed as per-expert views). Untouched tensors stay views into the mapped file; reordered
 // ones are copied once into owned memory. The norms' folded +1 stays (norms_plus_one_folded).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -90,32 +91,43 @@ Result<std::unique_ptr<ModelFiles>> ModelFiles::open_gguf(const std::string& pat
   if (!info || !hf_model_type(arch))
     return fail("architecture '" + arch + "' is not supported; weft runs llama, qwen3, qwen3next, qwen35 and qwen35moe");
   auto num = [&](const char* suffix) { return meta_number(f, gguf_key(arch, suffix)); };
-  auto need = [&](const char* suffix, int64_t* out) -> Status {
+  // Every size is bounded before it drives a loop or an allocation (hostile metadata).
+  auto need = [&](const char* suffix, int64_t* out, int64_t max = int64_t(1) << 20) -> Status {
     std::optional<double> v = num(suffix);
-    if (!v || !(*v >= 1 && *v < double(int64_t(1) << 40)) || *v != std::floor(*v))
-      return fail("metadata '" + gguf_key(arch, suffix) + "' is missing or not a positive integer");
+    if (!v || !(*v >= 1 && *v <= double(max)) || *v != std::floor(*v))
+      return fail("metadata '" + gguf_key(arch, suffix) + "' is missing or not an integer in [1, " + std::to_string(max) + "]");
     *out = int64_t(*v);
     return Status();
+  };
+  auto opt_num = [&](const char* suffix, int64_t fallback, int64_t* out) -> Status {
+    if (!num(suffix)) {
+      *out = fallback;
+      return Status();
+    }
+    return need(suffix, out);
   };
 
   // ---- Hyper-parameters -> config.json ----
   nlohmann::json c;
   c["model_type"] = hf_model_type(arch);
   int64_t blocks = 0, hidden = 0, heads = 0;
-  WEFT_RETURN_IF_ERROR(need("block_count", &blocks));
+  WEFT_RETURN_IF_ERROR(need("block_count", &blocks, 4096));
   WEFT_RETURN_IF_ERROR(need("embedding_length", &hidden));
-  WEFT_RETURN_IF_ERROR(need("attention.head_count", &heads));
-  const int64_t nextn = int64_t(num("nextn_predict_layers").value_or(0));
-  const int64_t n_layer = blocks - nextn;
-  if (nextn < 0 || n_layer < 1) return fail("nextn_predict_layers leaves no decoder layer");
+  WEFT_RETURN_IF_ERROR(need("attention.head_count", &heads, 4096));
+  const double nextn_v = num("nextn_predict_layers").value_or(0);
+  if (!(nextn_v >= 0 && nextn_v < double(blocks)) || nextn_v != std::floor(nextn_v))
+    return fail("nextn_predict_layers leaves no decoder layer");
+  const int64_t n_layer = blocks - int64_t(nextn_v);
   const GgufTensor* embd = f.find_tensor("token_embd.weight");
   if (!embd || embd->ne.size() != 2) return fail("missing 2-D tensor 'token_embd.weight'");
   c["vocab_size"] = embd->ne[1];
   c["hidden_size"] = hidden;
   c["num_hidden_layers"] = n_layer;
   c["num_attention_heads"] = heads;
-  c["num_key_value_heads"] = int64_t(num("attention.head_count_kv").value_or(double(heads)));
-  const int64_t head_dim = int64_t(num("attention.key_length").value_or(double(hidden / heads)));
+  int64_t kv_heads = 0, head_dim = 0;
+  WEFT_RETURN_IF_ERROR(opt_num("attention.head_count_kv", heads, &kv_heads));
+  WEFT_RETURN_IF_ERROR(opt_num("attention.key_length", std::max<int64_t>(1, hidden / heads), &head_dim));
+  c["num_key_value_heads"] = kv_heads;
   c["head_dim"] = head_dim;
   if (auto v = num("attention.layer_norm_rms_epsilon")) c["rms_norm_eps"] = *v;
   if (auto v = num("context_length")) c["max_position_embeddings"] = int64_t(*v);
@@ -153,11 +165,11 @@ Result<std::unique_ptr<ModelFiles>> ModelFiles::open_gguf(const std::string& pat
     c["layer_types"] = types;
     if (any_linear) {
       int64_t inner = 0, conv = 0;
-      WEFT_RETURN_IF_ERROR(need("ssm.group_count", &nk));
-      WEFT_RETURN_IF_ERROR(need("ssm.time_step_rank", &nv));
-      WEFT_RETURN_IF_ERROR(need("ssm.state_size", &dk));
-      WEFT_RETURN_IF_ERROR(need("ssm.inner_size", &inner));
-      WEFT_RETURN_IF_ERROR(need("ssm.conv_kernel", &conv));
+      WEFT_RETURN_IF_ERROR(need("ssm.group_count", &nk, 4096));
+      WEFT_RETURN_IF_ERROR(need("ssm.time_step_rank", &nv, 4096));
+      WEFT_RETURN_IF_ERROR(need("ssm.state_size", &dk, 4096));
+      WEFT_RETURN_IF_ERROR(need("ssm.inner_size", &inner, int64_t(1) << 24));
+      WEFT_RETURN_IF_ERROR(need("ssm.conv_kernel", &conv, 64));
       if (inner % nv != 0 || nv % nk != 0) return fail("ssm.inner_size / ssm.time_step_rank / ssm.group_count are inconsistent");
       dv = inner / nv;
       c["linear_num_key_heads"] = nk;
@@ -174,6 +186,11 @@ Result<std::unique_ptr<ModelFiles>> ModelFiles::open_gguf(const std::string& pat
   if (auto v = meta_number(f, "tokenizer.ggml.eos_token_id")) c["eos_token_id"] = int64_t(*v);
   files->config_ = c;
   files->norms_plus_one_folded_ = info->hybrid_gdn;
+
+  // Index maps below have one entry per row; keep them modest whatever the metadata says.
+  constexpr int64_t kMaxMapRows = int64_t(1) << 22;
+  if (heads * head_dim > kMaxMapRows || kv_heads * head_dim > kMaxMapRows || 2 * nk * dk + nv * dv > kMaxMapRows)
+    return fail("attention or ssm dimensions are implausibly large");
 
   // ---- Tensors under their HF names and layouts ----
   const bool v_tiled = (arch == "qwen35" || arch == "qwen35moe") && nk > 0 && nk != nv;
@@ -202,7 +219,9 @@ Result<std::unique_ptr<ModelFiles>> ModelFiles::open_gguf(const std::string& pat
     int64_t layer = -1;
     std::string suffix = t.name;
     if (t.name.rfind("blk.", 0) == 0) {
+      // hf_name_for_gguf accepted it, so the layer part is all digits; it may still be huge.
       const size_t dot = t.name.find('.', 4);
+      if (dot - 4 > 6) continue;
       layer = std::stoll(t.name.substr(4, dot - 4));
       suffix = t.name.substr(dot + 1);
       if (layer >= n_layer) continue;  // nextn (MTP) blocks
@@ -272,6 +291,7 @@ Result<std::unique_ptr<ModelFiles>> ModelFiles::open_gguf(const std::string& pat
       // 1-D tensors (biases) are permuted element by element: one "row" per value.
       if (t.ne.size() == 1) {
         if (int64_t(row_map.size()) != t.numel()) return fail("tensor '" + t.name + "' size disagrees with the hyper-parameters");
+        if (ggml_block_size(t.type) != 1) return fail("tensor '" + t.name + "' must be f32, f16 or bf16");
         uint8_t* d = own(t.nbytes);
         scatter_rows(t.data, t.nbytes / size_t(t.numel()), row_map, d);
         v.data = d;

@@ -1,6 +1,7 @@
 // HF -> GGUF conversion and GGUF re-quantization (gguf_convert.h).
 #include "model/gguf_convert.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -491,7 +492,12 @@ Status quantize_gguf(const std::string& in_path, const std::string& out_path, We
       continue;
     }
     role.gguf_name = t.name;
-    role.layer = t.name.rfind("blk.", 0) == 0 ? std::stoll(t.name.substr(4)) : -1;
+    role.layer = -1;
+    if (t.name.rfind("blk.", 0) == 0) {
+      role.layer = 0;
+      for (size_t i = 4; i < t.name.size() && i < 10 && std::isdigit(static_cast<unsigned char>(t.name[i])); ++i)
+        role.layer = role.layer * 10 + (t.name[i] - '0');
+    }
     const bool source_plain = t.type == GgmlType::kF32 || t.type == GgmlType::kF16 || t.type == GgmlType::kBF16;
     const GgmlType type = weight_type_for(scheme, role, source_plain ? t.type : GgmlType::kF16, t.cols());
     if (ends_with(t.name, "attn_v.weight")) ++role.i_attn_v;
