@@ -272,3 +272,26 @@ TEST(GgufModel, HostileMetadataRejected) {
 
 }  // namespace
 }  // namespace weft
+
+namespace weft {
+namespace {
+
+// `weft synth --format gguf --type q4_k_m` writes one GGUF a model loads from, with the k-quant
+// mix visible in `weft info`.
+TEST(GgufModel, SynthGgufViaCli) {
+  const std::string tmp = test::temp_dir("gguf_synth");
+  std::string out;
+  ASSERT_EQ(test::run_command(test::weft_binary() + " synth --preset tiny -o " + tmp + "/m.gguf --format gguf --type q4_k_m 2>&1", &out), 0) << out;
+  ASSERT_EQ(test::run_command(test::weft_binary() + " info -m " + tmp + "/m.gguf 2>&1", &out), 0) << out;
+  EXPECT_NE(out.find("q4_K"), std::string::npos) << out;
+  EXPECT_NE(out.find("q6_K"), std::string::npos) << out;
+  ASSERT_EQ(test::run_command(test::weft_binary() + " quantize " + tmp + "/m.gguf " + tmp + "/m8.gguf --type q8_0 2>&1", &out), 0) << out;
+  ASSERT_EQ(test::run_command(test::weft_binary() + " info -m " + tmp + "/m8.gguf 2>&1", &out), 0) << out;
+  EXPECT_NE(out.find("q8_0"), std::string::npos) << out;
+  EXPECT_NE(test::run_command(test::weft_binary() + " convert " + tmp + "/nowhere -o " + tmp + "/x.gguf 2>&1", &out), 0);
+  EXPECT_NE(test::run_command(test::weft_binary() + " quantize " + tmp + "/m.gguf " + tmp + "/y.gguf --type q3_k 2>&1", &out), 0);
+  EXPECT_NE(out.find("q4_k_m"), std::string::npos) << out;  // the error lists the accepted types
+}
+
+}  // namespace
+}  // namespace weft
