@@ -295,3 +295,35 @@ TEST(GgufModel, SynthGgufViaCli) {
 
 }  // namespace
 }  // namespace weft
+
+namespace weft {
+namespace {
+
+// general.alignment may be 1: tensors then sit at any byte offset. The loader copies views that
+// are misaligned for their type, so logits stay bit-identical.
+TEST(GgufModel, AlignmentOneLoadsBitIdentical) {
+  for (const char* name : {"qwen3_tied_f16", "qwen35_dense", "llama_f32"}) {
+    const std::string dir = model_dir_of(name), tmp = test::temp_dir("gguf_align");
+    ASSERT_TRUE(convert_hf_to_gguf(dir, tmp + "/a32.gguf", WeightScheme::kKeep).ok());
+    auto f = GgufFile::open(tmp + "/a32.gguf");
+    ASSERT_TRUE(f.ok());
+    auto meta = f->metadata();
+    for (auto& [k, v] : meta)
+      if (k == "general.alignment") v = GgufValue::u32(1);
+    std::vector<GgufTensorToWrite> ts;
+    for (const GgufTensor& t : f->tensors()) ts.push_back({t.name, t.type, t.ne, t.data});
+    ASSERT_TRUE(write_gguf(tmp + "/a1.gguf", meta, ts).ok());
+    auto g = GgufFile::open(tmp + "/a1.gguf");
+    ASSERT_TRUE(g.ok());
+    EXPECT_EQ(g->alignment(), 1u);
+    auto hf = Model::load(dir);
+    ASSERT_TRUE(hf.ok());
+    const std::vector<int32_t> ids = test_ids(hf.value()->config().vocab_size, 24);
+    const std::vector<float> a = logits_of(dir, ids), b = logits_of(tmp + "/a1.gguf", ids);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << name;
+  }
+}
+
+}  // namespace
+}  // namespace weft

@@ -200,6 +200,15 @@ Result<std::unique_ptr<ModelFiles>> ModelFiles::open_gguf(const std::string& pat
     return files->owned_.back().data();
   };
   auto add = [&](const std::string& name, TensorView v) -> Status {
+    // Tensors sit at multiples of general.alignment, which a file may set as low as 1: a view
+    // that is not aligned for its element type is copied (owned memory is malloc-aligned), so
+    // no reader ever dereferences a misaligned pointer.
+    const size_t align = v.dtype == DType::kF32 ? 4 : 2;
+    if (reinterpret_cast<uintptr_t>(v.data) % align != 0) {
+      uint8_t* d = own(v.nbytes);
+      std::memcpy(d, v.data, v.nbytes);
+      v.data = d;
+    }
     if (!files->tensors_.emplace(name, std::move(v)).second) return fail("two GGUF tensors map to '" + name + "'");
     return Status();
   };
