@@ -263,7 +263,36 @@ std::vector<float> all_logits(const Model& model, const std::vector<int32_t>& id
   return logits;
 }
 
-TEST(AttentionQuantEndToEnd, Q8ArgmaxAgreesWithF16OnFixtures) {
+struct Agreement {
+  int64_t agree = 0;
+  double frac = 0;
+  // Over the positions where the argmax differs: the widest f16 logit gap between the f16
+  // choice and the quantized one, in units of that f16 row's standard deviation. Small means
+  // the flip was between near-ties.
+  double max_flip_margin = 0;
+};
+
+Agreement agreement(const std::vector<float>& ref, const std::vector<float>& got, int64_t T, int64_t V) {
+  Agreement a;
+  for (int64_t t = 0; t < T; ++t) {
+    const float* r = ref.data() + t * V;
+    const int64_t want = argmax(r, V), have = argmax(got.data() + t * V, V);
+    if (want == have) {
+      ++a.agree;
+      continue;
+    }
+    double mean = 0, sq = 0;
+    for (int64_t i = 0; i < V; ++i) mean += r[i];
+    mean /= double(V);
+    for (int64_t i = 0; i < V; ++i) sq += (r[i] - mean) * (r[i] - mean);
+    const double sd = std::sqrt(sq / double(V));
+    a.max_flip_margin = std::max(a.max_flip_margin, double(r[want] - r[have]) / (sd > 0 ? sd : 1));
+  }
+  a.frac = double(a.agree) / double(T);
+  return a;
+}
+
+TEST(AttentionQuantEndToEnd, ArgmaxAgreesWithF16OnFixtures) {
   int checked = 0;
   for (const auto& entry : fs::directory_iterator(test::source_dir() + "/tests/data/fixtures")) {
     if (!fs::exists(entry.path() / "reference.safetensors")) continue;
@@ -281,12 +310,23 @@ TEST(AttentionQuantEndToEnd, Q8ArgmaxAgreesWithF16OnFixtures) {
     const std::vector<float> ref = all_logits(*model.value(), ids, DType::kF16);
     for (DType kv : {DType::kQ8_0, DType::kQ4_0}) {
       const std::vector<float> got = all_logits(*model.value(), ids, kv);
-      int64_t agree = 0;
-      for (int64_t t = 0; t < T; ++t) agree += argmax(got.data() + t * V, V) == argmax(ref.data() + t * V, V);
-      const double frac = double(agree) / double(T);
-      std::printf("[ %s kv=%s ] argmax agreement with f16: %lld / %lld (%.1f%%)\n", name.c_str(), dtype_name(kv),
-                  (long long)agree, (long long)T, 100 * frac);
-      if (kv == DType::kQ8_0) EXPECT_GE(frac, 0.99) << name;  // q4_0 is reported, not bounded
+      const Agreement a = agreement(ref, got, T, V);
+      std::printf("[ %s kv=%s ] argmax agreement with f16: %lld / %lld (%.1f%%); widest f16 margin flipped %.3f std\n",
+                  name.c_str(), dtype_name(kv), (long long)a.agree, (long long)T, 100 * a.frac, a.max_flip_margin);
+      if (kv == DType::kQ8_0) {
+        EXPECT_GE(a.frac, 0.99) << name;
+      } else {
+        // q4_0 is lossy, so its bounds come from measurement (this dev VM, 2026-11; the kernels
+        // are deterministic, so the values repeat exactly). Where q4_0 attention is a minority of
+        // the layers (the hybrids: GDN layers carry no KV), agreement measured 97.5-100% (the
+        // trained weft-tiny-hybrid: 199/200) and every flip was between near-ties, f16 margin
+        // <= 0.027 row std: bounds 95% and 0.1 std. The all-full-attention random-weight
+        // qwen3_tied_f16 (head_dim 256, q4_0 error in every layer, near-flat logits) measured
+        // 29/40 = 72.5% with flips up to 0.635 std: bounds 60% and 1.0 std.
+        const bool hybrid = c.num_linear_attention_layers() > 0;
+        EXPECT_GE(a.frac, hybrid ? 0.95 : 0.6) << name;
+        EXPECT_LT(a.max_flip_margin, hybrid ? 0.1 : 1.0) << name << ": q4_0 changed a clear f16 argmax";
+      }
     }
     ++checked;
   }

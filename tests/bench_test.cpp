@@ -1,15 +1,28 @@
 // Tests of `weft bench`: the byte model against the Qwen3.5-35B-A3B cache table, the ceiling
-// formula, snapshot/quantize-once of the KV cache, and tiny end-to-end runs (JSON, verdicts).
+// formula, snapshot/quantize-once of the KV cache, the bandwidth probe's sizing and read kernels,
+// the roofline and ceiling-claim judgements, resident-memory measurement, and tiny end-to-end
+// runs whose invariants (f16 ratio exactly 1, roofline <= 1 or "does not apply", the baseline
+// wherever f16 sits in --arms) are asserted, not only their signs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <memory>
+#include <regex>
+#include <sstream>
 #include <vector>
 
 #include "cache/kv_cache.h"
+#include "core/cpu_features.h"
 #include "kernels/cpu/kv_quant.h"
+#include "lab/bandwidth.h"
 #include "lab/bench.h"
+#include "lab/ceiling_claim.h"
+#include "lab/resident.h"
+#include "lab/roofline.h"
 #include "model/config.h"
 #include "model/footprint.h"
 #include "model/synth.h"
@@ -77,11 +90,197 @@ TEST(BenchSnapshot, AssignFromQuantizesOnce) {
     EXPECT_EQ(0, std::memcmp(back.view(0).v_row(0, 33), f16.view(0).v_row(0, 33), 128));
 }
 
+TEST(BenchBandwidth, CacheSizeStrings) {
+  EXPECT_EQ(lab::parse_cache_size("32768K"), size_t(32) << 20);
+  EXPECT_EQ(lab::parse_cache_size("1M"), size_t(1) << 20);
+  EXPECT_EQ(lab::parse_cache_size("512"), 512u);
+  EXPECT_EQ(lab::parse_cache_size(""), 0u);
+  EXPECT_EQ(lab::parse_cache_size("K"), 0u);
+  EXPECT_EQ(lab::parse_cache_size("12Q"), 0u);
+}
+
+TEST(BenchBandwidth, LastLevelCacheFromSysfsLayout) {
+  namespace fs = std::filesystem;
+  const std::string dir = test::temp_dir("fake_cache");
+  auto index = [&](int i, const char* level, const char* type, const char* size) {
+    fs::create_directories(dir + "/index" + std::to_string(i));
+    std::ofstream(dir + "/index" + std::to_string(i) + "/level") << level << "\n";
+    std::ofstream(dir + "/index" + std::to_string(i) + "/type") << type << "\n";
+    std::ofstream(dir + "/index" + std::to_string(i) + "/size") << size << "\n";
+  };
+  index(0, "1", "Data", "32K");
+  index(1, "1", "Instruction", "32K");
+  index(2, "2", "Unified", "1024K");
+  index(3, "3", "Unified", "32768K");
+  index(4, "4", "Instruction", "65536K");  // an instruction cache never counts
+  EXPECT_EQ(lab::last_level_cache_bytes(dir), size_t(32) << 20);
+  EXPECT_EQ(lab::last_level_cache_bytes(dir + "/missing"), 0u);
+}
+
+TEST(BenchBandwidth, ProbeArraysAreFarBeyondTheCache) {
+  const size_t MiB = size_t(1) << 20;
+  EXPECT_EQ(lab::probe_array_bytes(16 * MiB, 32 * MiB), 256 * MiB);   // a test cannot undercut it
+  EXPECT_EQ(lab::probe_array_bytes(16 * MiB, 0), lab::kMinProbeArrayBytes);
+  EXPECT_EQ(lab::probe_array_bytes(16 * MiB, 96 * MiB), 768 * MiB);  // 8 x LLC
+  EXPECT_EQ(lab::probe_array_bytes(1024 * MiB, 32 * MiB), 1024 * MiB);
+}
+
+TEST(BenchBandwidth, ReadKernelsAgree) {
+  if (!cpu_features().avx2) GTEST_SKIP() << "no AVX2 on this CPU";
+  lab::Rng rng(11);
+  std::vector<uint64_t> w(1000 + 37);
+  for (uint64_t& x : w) x = rng.next();
+  for (size_t n : {size_t(0), size_t(1), size_t(31), size_t(32), size_t(33), size_t(1000), w.size()})
+    for (size_t off : {size_t(0), size_t(1), size_t(3)})
+      if (off + n <= w.size()) EXPECT_EQ(lab::read_xor_avx2(w.data() + off, n), lab::read_xor_scalar(w.data() + off, n)) << n;
+}
+
+TEST(BenchBandwidth, ProbeFloorsItsArraysAndReportsThreePasses) {
+  auto b = lab::measure_bandwidth(size_t(1) << 20, 1, nullptr);
+  EXPECT_GE(b.buffer_bytes, lab::probe_array_bytes(size_t(1) << 20, lab::last_level_cache_bytes()));
+  EXPECT_GT(b.copy_gb_s, 0);
+  EXPECT_GT(b.triad_gb_s, 0);
+  EXPECT_GT(b.read_gb_s, 0);
+  EXPECT_EQ(b.gb_s, std::max({b.copy_gb_s, b.triad_gb_s, b.read_gb_s}));
+}
+
+TEST(BenchRoofline, AppliesOnlyOutOfCacheAndUpToTheProbe) {
+  const size_t llc = size_t(32) << 20;
+  auto in = lab::judge_roofline(10e6, 100, 20e9, llc);  // 10 MB/token fits a 32 MiB cache
+  EXPECT_EQ(in.kind, lab::RooflineKind::kFitsInCache);
+  EXPECT_EQ(in.label(), "does not apply (fits in cache)");
+  auto over = lab::judge_roofline(100e6, 300, 20e9, llc);  // 30 GB/s against a 20 GB/s probe
+  EXPECT_EQ(over.kind, lab::RooflineKind::kAboveProbe);
+  EXPECT_NEAR(over.fraction, 1.5, 1e-12);
+  EXPECT_EQ(over.label().find('%'), std::string::npos) << over.label();
+  auto ok = lab::judge_roofline(100e6, 125, 20e9, llc);
+  EXPECT_TRUE(ok.applies());
+  EXPECT_EQ(ok.label(), "62.5%");
+  EXPECT_TRUE(lab::judge_roofline(100e6, 125, 20e9, 0).applies());  // unknown cache: no cache test
+}
+
+TEST(BenchClaim, IntervalAgainstOneAndTheCeiling) {
+  bool resolved = true;
+  EXPECT_EQ(lab::ceiling_verdict({0.99, 1.08}, 1.05, 6, &resolved), "cannot resolve");
+  EXPECT_FALSE(resolved);
+  EXPECT_EQ(lab::ceiling_verdict({1.02, 1.08}, 1.05, 6, &resolved), "faster than f16, at its ceiling");
+  EXPECT_TRUE(resolved);
+  EXPECT_EQ(lab::ceiling_verdict({0.99, 1.03}, 1.05, 6, &resolved), "not resolved from f16, below its ceiling");
+  EXPECT_EQ(lab::ceiling_verdict({1.10, 1.20}, 1.05, 6, &resolved), "faster than f16, above its ceiling");
+  EXPECT_EQ(lab::ceiling_verdict({0.80, 0.90}, 1.05, 6, &resolved), "slower than f16, below its ceiling");
+  EXPECT_EQ(lab::ceiling_verdict({1.10, 1.20}, 1.05, 1, &resolved), "cannot resolve (1 repeat; 6 needed)");
+  EXPECT_FALSE(resolved);
+  // Five unanimous repeats are still not 95%: sign-test p = 2^-4 = 0.0625.
+  EXPECT_EQ(lab::ceiling_verdict({1.10, 1.20}, 1.05, 5, &resolved), "cannot resolve (5 repeats; 6 needed)");
+  EXPECT_FALSE(resolved);
+}
+
+TEST(BenchClaim, PairedBootstrapOfTheMedian) {
+  // Three repeats: the interval is [min, max] of the paired ratios (it holds 1 and 1.05), and
+  // three are too few for any claim.
+  const std::vector<double> few = {0.98, 1.04, 1.09};
+  auto c = lab::judge_ceiling(few, 1.05);
+  EXPECT_DOUBLE_EQ(c.ratio, 1.04);
+  EXPECT_DOUBLE_EQ(c.ci.lo, 0.98);
+  EXPECT_DOUBLE_EQ(c.ci.hi, 1.09);
+  EXPECT_NEAR(c.of_ceiling, 1.04 / 1.05, 1e-12);
+  EXPECT_NEAR(c.of_ceiling_ci.hi, 1.09 / 1.05, 1e-12);
+  EXPECT_EQ(c.verdict, "cannot resolve (3 repeats; 6 needed)");
+  EXPECT_FALSE(lab::judge_ceiling(std::vector<double>{1.2, 1.21, 1.22}, 1.05).resolved);
+  // Eight tight repeats around 1.20: resolved from f16 and above a 1.05 ceiling.
+  const std::vector<double> many = {1.19, 1.21, 1.20, 1.22, 1.18, 1.20, 1.21, 1.19};
+  auto m = lab::judge_ceiling(many, 1.05);
+  EXPECT_TRUE(m.resolved);
+  EXPECT_GT(m.ci.lo, 1.05);
+  EXPECT_EQ(m.verdict, "faster than f16, above its ceiling");
+}
+
+TEST(BenchResident, GrowsByThePagesTouched) {
+  const size_t n = size_t(64) << 20;
+  lab::release_free_heap();
+  const size_t before = lab::process_resident_bytes();
+  ASSERT_GT(before, 0u);
+  std::unique_ptr<uint8_t[]> block(new uint8_t[n]);
+  const size_t allocated = lab::process_resident_bytes();
+  for (size_t i = 0; i < n; i += 4096) block[i] = uint8_t(i);  // one byte per page
+  const size_t touched = lab::process_resident_bytes();
+  EXPECT_LT(allocated - std::min(allocated, before), n / 8) << "allocation alone is not residence";
+  EXPECT_GE(touched - before, n - n / 64);
+  EXPECT_LE(touched - before, n + n / 16);
+  volatile uint8_t sink = block[4096];
+  (void)sink;
+}
+
 std::string bench_cmd(const std::string& args) {
   static const std::string cache = test::temp_dir("bench_cache");
   // stderr (progress, model notes) is dropped so stdout is exactly what --json prints.
   return "(XDG_CACHE_HOME=" + cache + " " + test::weft_binary() + " bench --synthetic tiny --bandwidth-mib 16 -q " +
          args + " 2>/dev/null)";
+}
+
+// The invariants every bench JSON must hold, whatever the machine's speed.
+void check_invariants(const nlohmann::json& j) {
+  const double bw = j["bandwidth_gb_s"].get<double>();
+  EXPECT_GT(bw, 0);
+  const auto& b = j["bandwidth"];
+  EXPECT_DOUBLE_EQ(bw, std::max({b["copy_gb_s"].get<double>(), b["triad_gb_s"].get<double>(), b["read_gb_s"].get<double>()}));
+  EXPECT_GE(b["buffer_bytes"].get<uint64_t>(), lab::kMinProbeArrayBytes);
+  EXPECT_GE(b["buffer_bytes"].get<uint64_t>(), 8 * b["llc_bytes"].get<uint64_t>());
+  EXPECT_EQ(j["baseline"], "f16");
+  const uint64_t llc = b["llc_bytes"].get<uint64_t>();
+  for (const auto& d : j["depths"]) {
+    const auto& f16 = d["arms"]["f16"];
+    ASSERT_TRUE(f16.is_object());
+    EXPECT_EQ(f16["ratio"].get<double>(), 1.0);
+    EXPECT_EQ(f16["ratio_ci"][0].get<double>(), 1.0);
+    EXPECT_EQ(f16["ratio_ci"][1].get<double>(), 1.0);
+    EXPECT_EQ(f16["claim"], "baseline");
+    for (const auto& [name, a] : d["arms"].items()) {
+      // Paired ratios against the f16 arm, repeat by repeat.
+      ASSERT_EQ(a["ratios"].size(), f16["tok_s_runs"].size()) << name;
+      for (size_t i = 0; i < a["ratios"].size(); ++i)
+        EXPECT_NEAR(a["ratios"][i].get<double>(),
+                    a["tok_s_runs"][i].get<double>() / f16["tok_s_runs"][i].get<double>(), 1e-12) << name;
+      EXPECT_LE(a["ratio_ci"][0].get<double>(), a["ratio"].get<double>()) << name;
+      EXPECT_GE(a["ratio_ci"][1].get<double>(), a["ratio"].get<double>()) << name;
+      // Roofline: a fraction <= 1, or it does not apply (and no fraction is given).
+      const std::string kind = a["roofline"];
+      if (kind == "fraction") {
+        EXPECT_LE(a["roofline_frac"].get<double>(), 1.0) << name;
+        EXPECT_GT(a["roofline_frac"].get<double>(), 0.0) << name;
+      } else {
+        EXPECT_TRUE(kind == "fits_in_cache" || kind == "above_probe") << kind;
+        EXPECT_TRUE(a["roofline_frac"].is_null()) << name;
+      }
+      if (llc > 0 && a["bytes_per_token"].get<uint64_t>() <= llc) EXPECT_EQ(kind, "fits_in_cache") << name;
+      // KV measured from the process next to the byte model: the pages the rows touched.
+      const double model = a["kv_bytes_model"].get<double>(), measured = a["kv_bytes_resident_measured"].get<double>();
+      EXPECT_GE(measured, model * 0.95 - 8 * 4096.0) << name;  // a reused partial page or two
+      EXPECT_LE(measured, a["kv_bytes_allocated"].get<double>() + 64.0 * 4096) << name;
+    }
+    if (d["arms"].contains("q8_0")) {
+      EXPECT_GT(d["ceiling"]["q8_0"].get<double>(), 1.0);
+      const auto& q = d["arms"]["q8_0"];
+      EXPECT_DOUBLE_EQ(q["ceiling"].get<double>(), d["ceiling"]["q8_0"].get<double>());
+      EXPECT_NEAR(q["ratio_over_ceiling"].get<double>(), q["ratio"].get<double>() / q["ceiling"].get<double>(), 1e-12);
+      EXPECT_FALSE(q["claim"].get<std::string>().empty());
+    }
+  }
+}
+
+// Rows of the Markdown arm table: no roofline cell may show a percentage over 100.
+void check_markdown_roofline(const std::string& md) {
+  std::regex pct(R"(\| (\d+(\.\d+)?)% \|\s*$)");
+  size_t rows = 0;
+  std::istringstream in(md);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("| f16 |") == std::string::npos && line.find("| q8_0 |") == std::string::npos) continue;
+    ++rows;
+    std::smatch m;
+    if (std::regex_search(line, m, pct)) EXPECT_LE(std::stod(m[1]), 100.0) << line;
+    else EXPECT_NE(line.find("does not apply"), std::string::npos) << line;
+  }
+  EXPECT_GT(rows, 0u);
 }
 
 TEST(BenchCli, TinyEndToEndJson) {
@@ -90,32 +289,52 @@ TEST(BenchCli, TinyEndToEndJson) {
   ASSERT_EQ(test::run_command(bench_cmd("--ctx 64,128 --gen 4 --repeats 2 --json --out " + out + ""), &text), 0) << text;
   auto j = nlohmann::json::parse(text);  // exactly one object
   ASSERT_TRUE(j.is_object());
-  EXPECT_GT(j["bandwidth_gb_s"].get<double>(), 0);
   EXPECT_TRUE(j["model"].is_string());
+  EXPECT_FALSE(j["baseline_added"].get<bool>());
   ASSERT_EQ(j["depths"].size(), 2u);
   EXPECT_EQ(j["depths"][0]["ctx"], 64);
   EXPECT_EQ(j["depths"][1]["ctx"], 128);
   for (const auto& d : j["depths"]) {
     EXPECT_GT(d["prefill_tok_s"].get<double>(), 0);
     EXPECT_GT(d["kv_share"].get<double>(), 0);
-    EXPECT_GT(d["ceiling"]["q8_0"].get<double>(), 1.0);
-    for (const char* arm : {"f16", "q8_0"}) {
-      const auto& a = d["arms"][arm];
-      ASSERT_TRUE(a.is_object()) << arm;
-      EXPECT_GT(a["tok_s"].get<double>(), 0);
-      EXPECT_EQ(a["ci"].size(), 2u);
-      EXPECT_GT(a["ratio"].get<double>(), 0);
-      EXPECT_EQ(a["ratio_ci"].size(), 2u);
-      EXPECT_GT(a["bytes_per_token"].get<uint64_t>(), 0u);
-      EXPECT_GT(a["roofline_frac"].get<double>(), 0);
-      EXPECT_GT(a["kv_bytes_resident"].get<uint64_t>(), 0u);
-    }
-    EXPECT_DOUBLE_EQ(d["arms"]["f16"]["ratio"].get<double>(), 1.0);
+    EXPECT_EQ(d["arms"].size(), 2u);
   }
-  EXPECT_TRUE(j.contains("verdict"));
-  EXPECT_TRUE(j.contains("energy"));
+  check_invariants(j);
   for (const char* f : {"results.json", "report.md", "bench.svg"})
     EXPECT_TRUE(std::filesystem::exists(out + "/" + f)) << f;
+  std::ifstream md(out + "/report.md"), svg(out + "/bench.svg");
+  std::stringstream mds, svgs;
+  mds << md.rdbuf();
+  svgs << svg.rdbuf();
+  check_markdown_roofline(mds.str());
+  EXPECT_NE(mds.str().find("KV (byte model)"), std::string::npos);
+  EXPECT_NE(mds.str().find("KV resident (measured)"), std::string::npos);
+  EXPECT_NE(svgs.str().find("roofline"), std::string::npos);
+  EXPECT_NE(svgs.str().find("ratios vs f16"), std::string::npos);
+}
+
+TEST(BenchCli, BaselineIsF16WhereverItSits) {
+  std::string text;
+  ASSERT_EQ(test::run_command(bench_cmd("--ctx 64 --gen 4 --repeats 2 --arms q8_0,f16 --json"), &text), 0) << text;
+  auto j = nlohmann::json::parse(text);
+  check_invariants(j);
+  EXPECT_FALSE(j["baseline_added"].get<bool>());
+  ASSERT_EQ(test::run_command(bench_cmd("--ctx 64 --gen 4 --repeats 2 --arms q8_0,f16"), &text), 0) << text;
+  EXPECT_NE(text.find("| 64 | f16 |"), std::string::npos) << text;
+  EXPECT_NE(text.find("| baseline |"), std::string::npos) << text;
+  check_markdown_roofline(text);
+}
+
+TEST(BenchCli, F16IsAddedWhenAbsentAndSaidSo) {
+  std::string text;
+  ASSERT_EQ(test::run_command(bench_cmd("--ctx 64 --gen 2 --repeats 2 --arms q8_0 --json"), &text), 0) << text;
+  auto j = nlohmann::json::parse(text);
+  EXPECT_TRUE(j["baseline_added"].get<bool>());
+  ASSERT_EQ(j["depths"][0]["arms"].size(), 2u);
+  check_invariants(j);
+  ASSERT_EQ(test::run_command(bench_cmd("--ctx 64 --gen 2 --repeats 2 --arms q8_0"), &text), 0) << text;
+  EXPECT_NE(text.find("f16 was not in --arms, so it was added and measured"), std::string::npos) << text;
+  EXPECT_NE(test::run_command(bench_cmd("--ctx 64 --gen 2 --repeats 2 --arms f16,f16"), &text), 0);
 }
 
 TEST(BenchCli, CeilingOnlyVerdicts) {

@@ -113,7 +113,7 @@ TEST(Fidelity, ArmAgainstItselfIsExactlyZero) {
   auto r = run_fidelity(*model, random_ids(200, 256, 7), arms_of("f16,f16"), o);
   ASSERT_TRUE(r.ok()) << r.status().message();
   ASSERT_EQ(r->arms.size(), 1u);
-  const ArmResult& a = r->arms[0];
+  const FidelityArmResult& a = r->arms[0];
   EXPECT_EQ(a.overall.n, 199);
   for (const PositionStats& p : a.positions) {
     EXPECT_EQ(p.kld, 0.0);
@@ -161,7 +161,7 @@ TEST(Fidelity, BucketsSplitPositionsByDepth) {
   auto r = run_fidelity(*model, random_ids(1100, 256, 5), arms_of("f16,q8_0,q4_0"), o);
   ASSERT_TRUE(r.ok()) << r.status().message();
   ASSERT_EQ(r->arms.size(), 2u);
-  for (const ArmResult& a : r->arms) {
+  for (const FidelityArmResult& a : r->arms) {
     EXPECT_EQ(a.overall.n, 1099);
     ASSERT_EQ(a.buckets.size(), 2u);
     EXPECT_EQ(a.buckets[0].bucket.lo, 0);

@@ -6,8 +6,10 @@
 // generation). Any change to the arithmetic of the strict path (matmul, norms, GDN, the frozen
 // attention_f16 kernel, ...) changes a checksum; that must be an explicit decision, recorded by
 //   WEFT_RECORD_GOLDEN=1 ./build/golden_test      (or tools/record_golden.sh)
-// The values are those of the AVX2 dispatch (this dev VM and CI are AVX2 x86); the test skips
-// on machines without AVX2/FMA/F16C or with WEFT_FORCE_SCALAR=1, whose rounding differs.
+// The values are those of the AVX2 dispatch (this dev VM and CI are AVX2 x86). The scalar twins
+// keep the same summation orders (design.md, "Strict determinism"), so they must reproduce the
+// same bits: GoldenScalar re-runs these cases with WEFT_FORCE_SCALAR=1 and WEFT_GOLDEN_SCALAR=1.
+// A plain WEFT_FORCE_SCALAR=1 run, or a machine without AVX2/FMA/F16C, skips.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -15,6 +17,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+
+#include <unistd.h>
 
 #include "core/cpu_features.h"
 #include "engine/sampler.h"
@@ -123,8 +127,15 @@ Outcome run_case(const Case& c, int threads) {
 
 class GoldenTest : public ::testing::TestWithParam<std::string> {};
 
+bool scalar_check_run() {
+  const char* e = std::getenv("WEFT_GOLDEN_SCALAR");
+  return e && std::strcmp(e, "1") == 0;
+}
+
 TEST_P(GoldenTest, StrictF16PathBitIdentical) {
-  if (!use_avx2()) GTEST_SKIP() << "golden values are for the AVX2/FMA/F16C dispatch; this run uses scalar kernels";
+  if (!use_avx2() && !scalar_check_run())
+    GTEST_SKIP() << "golden values are for the AVX2/FMA/F16C dispatch; this run uses scalar kernels";
+  if (scalar_check_run() && recording()) GTEST_SKIP() << "golden values are recorded on the AVX2 dispatch only";
   const std::string name = GetParam();
   const Case c = make_case(name);
   ASSERT_FALSE(c.prompt.empty());
@@ -150,12 +161,32 @@ TEST_P(GoldenTest, StrictF16PathBitIdentical) {
   EXPECT_EQ(r.prompt_hash, g["prompt_logits_fnv1a64"].get<std::string>()) << name << ": prompt logits changed";
   EXPECT_EQ(r.gen_hash, g["gen_logits_fnv1a64"].get<std::string>()) << name << ": generation logits changed";
 
-  // The strict tier is thread-count independent: one and three threads give the same bits.
+  // The strict tier is thread-count independent: one and three threads give the same bits
+  // (checked on the AVX2 run; the scalar re-run only compares the kernels, at 2 threads).
+  if (scalar_check_run()) return;
   for (int threads : {1, 3}) {
     const Outcome o = run_case(c, threads);
     EXPECT_EQ(o.prompt_hash, r.prompt_hash) << name << " threads " << threads;
     EXPECT_EQ(o.gen_hash, r.gen_hash) << name << " threads " << threads;
   }
+}
+
+// The scalar twins against the same golden values. Kernel dispatch is fixed once per process
+// (use_avx2() and the kernels' op tables are statics), so the check runs this test binary again
+// as a child with the scalar kernels forced.
+TEST(GoldenScalar, ScalarTwinsReproduceTheGoldenBits) {
+  if (!use_avx2()) GTEST_SKIP() << "this run already uses the scalar kernels";
+  if (recording()) GTEST_SKIP() << "recording";
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  ASSERT_GT(n, 0);
+  self[n] = '\0';
+  std::string out;
+  const int rc = test::run_command(std::string("WEFT_FORCE_SCALAR=1 WEFT_GOLDEN_SCALAR=1 ") + self +
+                                       " --gtest_filter='All/GoldenTest.*'",
+                                   &out);
+  EXPECT_EQ(rc, 0) << "the scalar twins differ from the AVX2 golden values:\n" << out;
+  EXPECT_EQ(out.find("[  SKIPPED ]"), std::string::npos) << out;
 }
 
 INSTANTIATE_TEST_SUITE_P(All, GoldenTest,

@@ -99,9 +99,31 @@ struct GdnPrepArgs {
   int64_t rows = 0, conv_dim = 0, n_k = 0, n_v = 0, dk = 0;
 };
 
+// What a backend counts while it works, for the lab's byte models (read-only to the model).
+struct BackendCounters {
+  int64_t moe_experts_touched = 0;  // Σ over moe_route calls of the experts given at least one row
+  int64_t moe_route_calls = 0;
+};
+
+// One sequence's attention over its cache layer, and one sequence's GDN recurrence: a layer of a
+// batch issues all its sequences' calls at once, so a backend can spread them over its threads
+// (or streams) together instead of one sequence after another.
+struct AttentionCall {
+  KvLayerView kv;
+  AttentionArgs args;
+};
+struct GdnCall {
+  GdnRecurrentArgs args;
+  // The prefill form (chunks of 64 rows from args' first row; result independent of splits at
+  // multiples of 64); otherwise row by row, the decode form (k+1 rows give exactly the bits of
+  // k+1 single steps).
+  bool chunked = false;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
+  const BackendCounters& counters() const { return counters_; }
   // e.g. "cpu (avx2)", "cpu (scalar)": recorded in bench output.
   virtual std::string name() const = 0;
   // Threads (CPU) the backend computes with.
@@ -144,9 +166,10 @@ class Backend {
   // Appends T rows of K and V (f32 [T, n_kv, hd]) to one layer of a cache, quantized to the
   // cache's types once, here.
   virtual void kv_append(KvCache& cache, int64_t layer, const float* k, const float* v, int64_t T) = 0;
-  // Causal attention of args.T query rows of one sequence over its cache layer; the kernel is
-  // chosen by the cache's K/V types (f16/f16: the frozen strict kernel).
-  virtual void attention(const KvLayerView& kv, const AttentionArgs& args) = 0;
+  // Causal attention of each call's args.T query rows over its sequence's cache layer; the kernel
+  // is chosen by the cache's K/V types (f16/f16: the frozen strict kernel). A call's result does
+  // not depend on the other calls.
+  virtual void attention(const AttentionCall* calls, int64_t n) = 0;
   virtual void hadamard_rows(float* x, int64_t rows, int64_t n) = 0;  // x[r] <- H x[r]
 
   // ---- Gated DeltaNet ----
@@ -159,10 +182,9 @@ class Backend {
   virtual void causal_conv(float* x, int64_t T, int64_t channels, const float* w, int64_t kernel,
                            float* conv_state) = 0;
   virtual void gdn_prep(const GdnPrepArgs& a) = 0;
-  // The delta-rule recurrence of one sequence. chunked: the prefill form (chunks of 64 rows from
-  // args' first row; result independent of splits at multiples of 64); otherwise row by row, the
-  // decode form (k+1 rows give exactly the bits of k+1 single steps).
-  virtual void gdn_recurrence(const GdnRecurrentArgs& args, bool chunked) = 0;
+  // The delta-rule recurrence of each call's sequence on its own state (GdnCall::chunked: which
+  // form). A call's result does not depend on the other calls.
+  virtual void gdn_recurrence(const GdnCall* calls, int64_t n) = 0;
   // y = RMSNorm(x)·w·silu(z) per row of n values (Qwen3_5RMSNormGated).
   virtual void rmsnorm_gated(const float* x, const float* z, const float* w, float* y, int64_t rows, int64_t n,
                              float eps) = 0;
@@ -176,6 +198,9 @@ class Backend {
   // y[row] = Σ_j weight · out[slot_pos[row·K + j]] over the row's K slots in increasing expert
   // id (the order transformers accumulates experts in), y zeroed first.
   virtual void moe_combine(const MoeRouting& r, const float* out, int64_t width, float* y) = 0;
+
+ protected:
+  BackendCounters counters_;
 };
 
 }  // namespace weft

@@ -213,14 +213,31 @@ void CpuBackend::kv_append(KvCache& cache, int64_t layer, const float* k, const 
   cache.append(layer, k, v, T);
 }
 
-void CpuBackend::attention(const KvLayerView& view, const AttentionArgs& args) {
-  if (view.k_type == DType::kF16 && view.v_type == DType::kF16) {
-    attention_f16(view, args, &pool_);  // strict tier (frozen)
-  } else if (attention_quant_supports(view)) {
-    attention_quant(view, args, &pool_);  // quantized KV tier
+template <typename Fn>
+void CpuBackend::for_calls(int64_t n, const Fn& call) {
+  if (n > 1 && n >= pool_.size()) {
+    pool_.parallel_for(n, [&](int64_t i) { call(i, nullptr); });
   } else {
-    attention_reference(view, args, &pool_);
+    for (int64_t i = 0; i < n; ++i) call(i, &pool_);
   }
+}
+
+namespace {
+
+void attention_one(const KvLayerView& view, const AttentionArgs& args, ThreadPool* pool) {
+  if (view.k_type == DType::kF16 && view.v_type == DType::kF16) {
+    attention_f16(view, args, pool);  // strict tier (frozen)
+  } else if (attention_quant_supports(view)) {
+    attention_quant(view, args, pool);  // quantized KV tier
+  } else {
+    attention_reference(view, args, pool);
+  }
+}
+
+}  // namespace
+
+void CpuBackend::attention(const AttentionCall* calls, int64_t n) {
+  for_calls(n, [&](int64_t i, ThreadPool* pool) { attention_one(calls[i].kv, calls[i].args, pool); });
 }
 
 void CpuBackend::hadamard_rows(float* x, int64_t rows, int64_t n) { fwht_rows(x, rows, n); }
@@ -271,12 +288,14 @@ void CpuBackend::gdn_prep(const GdnPrepArgs& a) {
   });
 }
 
-void CpuBackend::gdn_recurrence(const GdnRecurrentArgs& args, bool chunked) {
-  if (chunked) {
-    gdn_chunked(args, &pool_);  // prefill: chunks of 64 from the first row
-  } else {
-    gdn_recurrent(args, &pool_);  // decode: row by row
-  }
+void CpuBackend::gdn_recurrence(const GdnCall* calls, int64_t n) {
+  for_calls(n, [&](int64_t i, ThreadPool* pool) {
+    if (calls[i].chunked) {
+      gdn_chunked(calls[i].args, pool);  // prefill: chunks of 64 from the first row
+    } else {
+      gdn_recurrent(calls[i].args, pool);  // decode: row by row
+    }
+  });
 }
 
 void CpuBackend::rmsnorm_gated(const float* x, const float* z, const float* w, float* y, int64_t rows, int64_t n,
@@ -307,7 +326,11 @@ MoeRouting CpuBackend::moe_route(float* logits, int64_t rows, int64_t E, int64_t
   // Counting sort of the slots by expert; slots stay in increasing order inside an expert.
   expert_begin_.assign(size_t(E + 1), 0);
   for (size_t i = 0; i < slots; ++i) ++expert_begin_[size_t(slot_expert_[i]) + 1];
-  for (int64_t e = 0; e < E; ++e) expert_begin_[size_t(e + 1)] += expert_begin_[size_t(e)];
+  for (int64_t e = 0; e < E; ++e) {
+    counters_.moe_experts_touched += expert_begin_[size_t(e + 1)] != 0;
+    expert_begin_[size_t(e + 1)] += expert_begin_[size_t(e)];
+  }
+  ++counters_.moe_route_calls;
   sorted_slot_.resize(slots);
   slot_pos_.resize(slots);
   std::vector<int32_t>& fill = order_;

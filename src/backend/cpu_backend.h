@@ -39,14 +39,14 @@ class CpuBackend final : public Backend {
                    float* sin) override;
   void attention_prep(const AttentionPrepArgs& a) override;
   void kv_append(KvCache& cache, int64_t layer, const float* k, const float* v, int64_t T) override;
-  void attention(const KvLayerView& kv, const AttentionArgs& args) override;
+  void attention(const AttentionCall* calls, int64_t n) override;
   void hadamard_rows(float* x, int64_t rows, int64_t n) override;
 
   void gdn_unpack(const float* qkvz, const float* ba, int64_t rows, int64_t n_k, int64_t n_v, int64_t dk, int64_t dv,
                   float* mixed, float* z, float* b, float* a) override;
   void causal_conv(float* x, int64_t T, int64_t channels, const float* w, int64_t kernel, float* conv_state) override;
   void gdn_prep(const GdnPrepArgs& a) override;
-  void gdn_recurrence(const GdnRecurrentArgs& args, bool chunked) override;
+  void gdn_recurrence(const GdnCall* calls, int64_t n) override;
   void rmsnorm_gated(const float* x, const float* z, const float* w, float* y, int64_t rows, int64_t n,
                      float eps) override;
 
@@ -58,6 +58,11 @@ class CpuBackend final : public Backend {
   // Runs fn(row) for row < rows; on the pool in fixed blocks when the batch is large enough.
   template <typename Fn>
   void for_rows(int64_t rows, int64_t cost_per_row, const Fn& fn);
+  // Runs call(i, pool) for i < n: with at least as many calls as threads, the calls are the
+  // parallel tasks (each single-threaded); otherwise one after another, each on the whole pool.
+  // Every kernel's result is independent of its pool, so both give the same bits.
+  template <typename Fn>
+  void for_calls(int64_t n, const Fn& call);
 
   ThreadPool pool_;
   std::array<std::vector<float>, size_t(Buf::kCount)> buffers_;

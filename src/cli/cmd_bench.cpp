@@ -105,8 +105,9 @@ int run_bench_cmd(int argc, char** argv) {
   app.add_option("--hidden", ov.hidden, "synthetic: hidden size");
   app.add_option("--ctx", ctx, "ascending context depths, comma separated (32K allowed); default 512,1024,2048 "
                                "for the built-in model, 4096,16384,32768 otherwise");
-  app.add_option("--arms", arms, "KV types to decode with, first = baseline (f16, q8_0, q4_0, f32)");
-  app.add_option("--repeats", repeats, "interleaved repeats per arm (default 3 built-in, 5 otherwise)")->check(CLI::PositiveNumber);
+  app.add_option("--arms", arms, "KV types to decode with (f16, q8_0, q4_0, f32), in any order; every ratio is "
+                                 "against the f16 arm, which is added (and reported) when absent");
+  app.add_option("--repeats", repeats, "interleaved repeats per arm (default 6: fewer cannot support a 95% claim)")->check(CLI::PositiveNumber);
   app.add_option("--gen", gen, "decoded tokens per timed run (default 16)")->check(CLI::PositiveNumber);
   app.add_option("--threads", o.threads, "worker threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   app.add_option("--page-tokens", o.page_tokens, "KV page size in tokens")->check(CLI::PositiveNumber);
@@ -114,7 +115,11 @@ int run_bench_cmd(int argc, char** argv) {
   app.add_option("--kill-below", o.kill_below, "Step 0: kill when the ceiling is under 1 + this")->check(CLI::NonNegativeNumber);
   app.add_flag("--ceiling-only", o.ceiling_only, "Step 0: the f16 curve, projected ceilings and the kill verdict");
   app.add_flag("--energy", o.energy, "joules per token inside the decode windows (RAPL / NVML when readable)");
-  app.add_option("--bandwidth-mib", bw_mib, "MiB per bandwidth-probe array (3 arrays)")->check(CLI::PositiveNumber);
+  app.add_option("--bandwidth-mib", bw_mib, "MiB per bandwidth-probe array (3 arrays); raised to at least "
+                                           "max(256, 8 x last-level cache) so the probe reads DRAM")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--batch", o.batches, "also decode B sequences together for each B (e.g. 1,4,8): aggregate and "
+                 "per-sequence tok/s against the batch byte model")->delimiter(',')->check(CLI::PositiveNumber);
   app.add_option("--out", out_dir, "write results.json, report.md and bench.svg here");
   bool json = false, quiet = false;
   app.add_flag("--json", json, "print exactly one JSON object on stdout");
@@ -127,7 +132,7 @@ int run_bench_cmd(int argc, char** argv) {
   }
   const bool builtin = model_dir.empty() && synthetic.empty();
   if (ctx.empty()) ctx = builtin ? "512,1024,2048" : "4096,16384,32768";
-  o.repeats = repeats > 0 ? repeats : (builtin ? 3 : 5);
+  o.repeats = repeats > 0 ? repeats : lab::kMinRepeatsForClaim;
   o.gen = gen > 0 ? gen : 16;
   o.bandwidth_bytes = size_t(bw_mib) << 20;
   o.progress = !quiet;
@@ -161,6 +166,7 @@ int run_bench_cmd(int argc, char** argv) {
   }
   auto model = Model::load(model_dir);
   if (!model.ok()) return fail(model.status());
+  if (Status s = check_bench_context(model.value()->config(), o.depths, o.gen, o.ceiling_only ? std::vector<DType>{DType::kF16} : o.arms); !s.ok()) return fail(s);
   auto result = lab::run_bench(*model.value(), label, o);
   if (!result.ok()) return fail(result.status());
   const lab::BenchResult& r = result.value();

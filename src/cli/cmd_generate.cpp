@@ -42,6 +42,7 @@ int run_generate(int argc, char** argv) {
   std::vector<std::string> ids_files, prompts;
   int64_t n = 64;
   int threads = 0;
+  int64_t ctx_max = 0;
   bool json = false, no_stop = false;
   SamplerOptions so;
   KvFlags kv;
@@ -60,6 +61,7 @@ int run_generate(int argc, char** argv) {
                "print one JSON object per input (in input order, one per line): tokens, prefill_tok_s, "
                "decode_tok_s, text");
   kv.add(app);
+  add_ctx_max_flag(app, &ctx_max);
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
 
   auto kv_options = kv.resolve();
@@ -92,6 +94,12 @@ int run_generate(int argc, char** argv) {
     jobs.emplace_back().prompt = std::move(ids);
   }
   if (Status s = check_kv_types(c, kv_options.value()); !s.ok()) return fail(s);
+  // Each input's cache holds its prompt and its generated tokens: refuse before anything is
+  // allocated (counted as if every input were as long as the longest).
+  size_t longest = 0;
+  for (const Job& j : jobs) longest = std::max(longest, j.prompt.size());
+  const std::vector<KvOptions> caches(jobs.size(), kv_options.value());
+  if (Status s = check_context(c, int64_t(longest) + n, caches, ctx_max); !s.ok()) return fail(s);
 
   EngineOptions eo;
   eo.threads = threads;

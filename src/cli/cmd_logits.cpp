@@ -1,5 +1,6 @@
 // `weft logits`: teacher-forced logits of every position of a token stream, as a safetensors
 // file with one tensor `logits` f32 [T, V]. The contract other tools build on.
+#include <algorithm>
 #include <cstdio>
 
 #include "cli/command.h"
@@ -14,6 +15,7 @@ int run_logits(int argc, char** argv) {
   CLI::App app("Teacher-forced logits for every position of a token stream", "logits");
   std::string model_dir, ids_file, out_path;
   int threads = 0;
+  int64_t ctx_max = 0;
   int64_t batch = 128;
   KvFlags kv;
   app.add_option("-m,--model", model_dir, "model directory (HF format); default: the built-in model");
@@ -23,6 +25,7 @@ int run_logits(int argc, char** argv) {
       ->check(CLI::Range(0, 1024));
   app.add_option("--batch", batch, "tokens per forward call")->check(CLI::PositiveNumber);
   kv.add(app);
+  add_ctx_max_flag(app, &ctx_max);
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
 
   auto kv_options = kv.resolve();
@@ -34,20 +37,33 @@ int run_logits(int argc, char** argv) {
   const ModelConfig& c = model.value()->config();
   if (Status s = check_kv_types(c, kv_options.value()); !s.ok()) return fail(s);
   const int64_t T = int64_t(ids->size()), V = c.vocab_size;
+  if (Status s = check_context(c, T, {kv_options.value()}, ctx_max); !s.ok()) return fail(s);
   SessionOptions so;
   so.kv = kv_options.value();
   so.threads = threads;
   so.batch = batch;
   Session session(*model.value(), so);
-  std::vector<float> logits(static_cast<size_t>(T * V));
-  auto progress = [&](int64_t done, int64_t total) {
-    if (total >= 2048) std::fprintf(stderr, "\rweft: teacher-forced %lld / %lld tokens", (long long)done, (long long)total);
-    if (total >= 2048 && done == total) std::fprintf(stderr, "\n");
-  };
-  Status s = session.feed_with_progress(ids->data(), T, logits.data(), nullptr, 1024, progress);
-  if (!s.ok()) return fail(s);
-  s = write_safetensors(out_path, {{"logits", DType::kF32, {T, V}, logits.data()}});
-  if (!s.ok()) return fail(s);
+  // Rows are streamed into the file batch by batch: memory holds one batch of logits, never
+  // T x V (32 GB at T = 32K with a 248,320-token vocabulary). Feeding whole batches makes the
+  // same forward calls as one feed() of all T tokens, so the values are the same.
+  auto writer = SafetensorsStreamWriter::open(out_path, {{"logits", DType::kF32, {T, V}, nullptr}});
+  if (!writer.ok()) return fail(writer.status());
+  const int64_t rows = std::min(so.batch, T);
+  std::vector<float> logits(static_cast<size_t>(rows * V));
+  int64_t reported = 0;
+  for (int64_t done = 0; done < T;) {
+    const int64_t m = std::min(rows, T - done);
+    Status s = session.feed(ids->data() + done, m, logits.data(), nullptr);
+    if (s.ok()) s = writer.value()->append(logits.data(), size_t(m * V) * sizeof(float));
+    if (!s.ok()) return fail(s);  // the writer's destructor removes the partial temp file
+    done += m;
+    if (T >= 2048 && (done - reported >= 1024 || done == T)) {
+      std::fprintf(stderr, "\rweft: teacher-forced %lld / %lld tokens%s", (long long)done, (long long)T,
+                   done == T ? "\n" : "");
+      reported = done;
+    }
+  }
+  if (Status s = writer.value()->finish(); !s.ok()) return fail(s);
   std::fprintf(stderr, "weft: wrote logits [%lld, %lld] to %s\n", (long long)T, (long long)V, out_path.c_str());
   return 0;
 }

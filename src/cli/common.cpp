@@ -1,32 +1,62 @@
 #include "cli/common.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 
 #include "core/mapped_file.h"
+#include "model/footprint.h"
 #include "model/synth.h"
 
 namespace weft::cli {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// Where the shipped trained model lives: the source tree's models/weft-tiny-hybrid, or
+// $WEFT_SHIPPED_MODEL (tests point it at a missing directory to exercise the fallback).
+std::string shipped_model_dir() {
+  if (const char* env = std::getenv("WEFT_SHIPPED_MODEL"); env && *env) return env;
+#ifdef WEFT_SOURCE_DIR_DEFAULT
+  return std::string(WEFT_SOURCE_DIR_DEFAULT) + "/models/weft-tiny-hybrid";
+#else
+  return "";
+#endif
+}
+
+// Said once per process, however many times the default is resolved: the fallback model has
+// random weights, so its text is noise, and nothing else on screen would tell the user so.
+void warn_random_weights(const std::string& dir, const std::string& shipped) {
+  static bool warned = false;
+  if (warned) return;
+  warned = true;
+  std::fprintf(stderr,
+               "weft: note: the shipped model %s is missing, so this run uses a RANDOM-WEIGHT synthetic model (%s);\n"
+               "weft: note: its output is noise. For real output pass -m DIR with a Hugging Face checkpoint, or restore\n"
+               "weft: note: models/weft-tiny-hybrid (git checkout -- models/weft-tiny-hybrid, or train it with tools/train).\n",
+               shipped.empty() ? "models/weft-tiny-hybrid" : shipped.c_str(), dir.c_str());
+}
+
+}  // namespace
+
 Result<std::string> default_model_dir() {
   if (const char* env = std::getenv("WEFT_DEFAULT_MODEL"); env && *env) return std::string(env);
-#ifdef WEFT_SOURCE_DIR_DEFAULT
-  const std::string shipped = std::string(WEFT_SOURCE_DIR_DEFAULT) + "/models/weft-tiny-hybrid";
-  if (fs::exists(shipped + "/config.json")) {
+  const std::string shipped = shipped_model_dir();
+  if (!shipped.empty() && fs::exists(shipped + "/config.json")) {
     std::fprintf(stderr, "weft: no -m given; using the built-in model %s\n", shipped.c_str());
     return shipped;
   }
-#endif
   std::string cache;
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) cache = xdg;
   else if (const char* home = std::getenv("HOME"); home && *home) cache = std::string(home) + "/.cache";
   else cache = "/tmp";
   const std::string dir = cache + "/weft/synth-tiny";
+  warn_random_weights(dir, shipped);
   if (!fs::exists(dir + "/config.json")) {
-    std::fprintf(stderr, "weft: no -m given; writing the built-in synthetic hybrid model to %s\n", dir.c_str());
+    std::fprintf(stderr, "weft: writing the random-weight synthetic model to %s\n", dir.c_str());
     auto spec = synth_preset("tiny");
     if (!spec.ok()) return spec.status();
     std::error_code ec;
@@ -34,8 +64,6 @@ Result<std::string> default_model_dir() {
     SynthWriteOptions opts;
     opts.force = true;
     WEFT_RETURN_IF_ERROR(synth_write(spec.value(), dir, opts));
-  } else {
-    std::fprintf(stderr, "weft: no -m given; using the built-in synthetic hybrid model %s\n", dir.c_str());
   }
   return dir;
 }
@@ -55,6 +83,81 @@ Status check_kv_types(const ModelConfig& c, const KvOptions& kv) {
       return Status::error(std::string("KV type ") + dtype_name(t) + " stores blocks of 32 values along head_dim; this model's head_dim is " +
                            std::to_string(c.head_dim) + " (use f16 or f32)");
   return Status();
+}
+
+uint64_t mem_available_bytes() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long kib = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+  std::fclose(f);
+  return uint64_t(kib) * 1024;
+}
+
+namespace {
+
+// Bytes of the KV caches for `tokens` tokens: the cache grows in whole pages. Saturates at
+// UINT64_MAX rather than wrap for absurd token counts.
+uint64_t kv_cache_bytes(const ModelConfig& c, int64_t tokens, const std::vector<KvOptions>& caches) {
+  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+  uint64_t bytes = 0;
+  for (const KvOptions& kv : caches) {
+    const uint64_t page = uint64_t(kv.page_tokens > 0 ? kv.page_tokens : 1);
+    const uint64_t rows = (uint64_t(std::max<int64_t>(tokens, 0)) + page - 1) / page * page;
+    const uint64_t per_token = kv_bytes_per_token(c, kv.k_type, kv.v_type);
+    if (per_token != 0 && rows > (kMax - bytes) / per_token) return kMax;
+    bytes += rows * per_token;
+  }
+  return bytes;
+}
+
+std::string bytes_text(uint64_t b) { return std::to_string(b) + " bytes (" + human_bytes(double(b)) + ")"; }
+
+}  // namespace
+
+Status check_context(const ModelConfig& c, int64_t tokens, const std::vector<KvOptions>& caches, int64_t ctx_max) {
+  const int64_t limit = ctx_max > 0 ? ctx_max : c.max_position_embeddings;
+  if (limit > 0 && tokens > limit) {
+    if (ctx_max > 0)
+      return Status::error("context of " + std::to_string(tokens) + " tokens exceeds --ctx-max " + std::to_string(ctx_max));
+    return Status::error("context of " + std::to_string(tokens) + " tokens exceeds the model's max_position_embeddings (" +
+                         std::to_string(limit) + "); pass --ctx-max " + std::to_string(tokens) +
+                         " to run past it anyway (positions beyond it were never trained)");
+  }
+  const uint64_t available = mem_available_bytes();
+  const uint64_t need = kv_cache_bytes(c, tokens, caches);
+  if (available == 0 || need <= available) return Status();
+  std::string msg = "the KV cache for " + std::to_string(tokens) + " tokens needs " + bytes_text(need) +
+                    " but only " + bytes_text(available) + " of memory is available (MemAvailable)";
+  if (kv_type_supported(DType::kQ8_0, c.head_dim)) {
+    std::vector<KvOptions> q8 = caches;
+    for (KvOptions& kv : q8) kv.k_type = kv.v_type = DType::kQ8_0;
+    const uint64_t q8_need = kv_cache_bytes(c, tokens, q8);
+    if (q8_need < need) msg += "; with --kv q8_0 it would need " + bytes_text(q8_need);
+  }
+  return Status::error(msg + "; use a shorter context or a smaller KV type");
+}
+
+Status check_bench_context(const ModelConfig& c, const std::vector<int64_t>& depths, int64_t gen,
+                           const std::vector<DType>& arms, int64_t ctx_max) {
+  int64_t deepest = 0;
+  for (int64_t d : depths) deepest = std::max(deepest, d);
+  std::vector<KvOptions> caches;
+  for (DType t : arms) {
+    KvOptions kv;
+    kv.k_type = kv.v_type = t;
+    caches.push_back(kv);
+  }
+  if (!arms.empty() && arms[0] != DType::kF16) caches.push_back(KvOptions());  // the f16 prefill session
+  return check_context(c, deepest + gen, caches, ctx_max);
+}
+
+void add_ctx_max_flag(CLI::App& app, int64_t* ctx_max) {
+  app.add_option("--ctx-max", *ctx_max,
+                 "longest context allowed; default: the model's max_position_embeddings (config.json)")
+      ->check(CLI::PositiveNumber);
 }
 
 Result<std::vector<int32_t>> parse_ids(const std::string& text, const std::string& source) {

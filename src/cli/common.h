@@ -17,7 +17,9 @@ namespace weft::cli {
 
 // The model a command runs when -m is not given: the shipped trained model
 // (models/weft-tiny-hybrid) when present, else a small synthetic hybrid written once to
-// $XDG_CACHE_HOME/weft (or ~/.cache/weft). Prints which one it chose on stderr.
+// $XDG_CACHE_HOME/weft (or ~/.cache/weft). Prints which one it chose on stderr; the synthetic
+// fallback has random weights, which it says (once per process) with how to get real output.
+// $WEFT_DEFAULT_MODEL overrides the choice; $WEFT_SHIPPED_MODEL moves the shipped model's path.
 Result<std::string> default_model_dir();
 
 // Loads the model at *dir; an empty *dir means the built-in default, and is set to the path
@@ -26,6 +28,27 @@ Result<std::unique_ptr<Model>> open_model(std::string* dir);
 
 // An error naming the problem unless both KV types suit the model's head_dim.
 Status check_kv_types(const ModelConfig& config, const KvOptions& kv);
+
+// Context limits, checked before any KV row is allocated. `tokens` is the longest sequence a
+// command will hold; `caches` lists the KV caches it holds at once (bench: one per arm). Errors:
+//   * tokens > the model's max_position_embeddings (config.json), unless ctx_max > 0 (--ctx-max)
+//     sets the limit instead: positions past it were never trained and RoPE extrapolates;
+//   * the caches would not fit in MemAvailable (/proc/meminfo): the message gives the bytes
+//     needed and what --kv q8_0 would need. Skipped where /proc/meminfo is unreadable.
+// KV bytes come from the footprint byte model (kv_bytes_per_token), rounded up to whole pages.
+Status check_context(const ModelConfig& config, int64_t tokens, const std::vector<KvOptions>& caches,
+                     int64_t ctx_max = 0);
+
+// check_context for `weft bench`: the deepest depth plus the decoded tokens, one cache per arm
+// (they are all alive at once) plus the f16 prefill session when the first arm is not f16.
+Status check_bench_context(const ModelConfig& config, const std::vector<int64_t>& depths, int64_t gen,
+                           const std::vector<DType>& arms, int64_t ctx_max = 0);
+
+// Adds --ctx-max N (raises, or lowers, the max_position_embeddings limit of check_context).
+void add_ctx_max_flag(CLI::App& app, int64_t* ctx_max);
+
+// MemAvailable from /proc/meminfo in bytes; 0 when unknown.
+uint64_t mem_available_bytes();
 
 // Parses token ids separated by whitespace and/or commas. Errors name the offending text.
 Result<std::vector<int32_t>> read_ids_file(const std::string& path);

@@ -68,8 +68,18 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   if (!mapped.ok()) return mapped.status();
   SafetensorsFile f;
   f.file_ = std::move(mapped.value());
-  const uint8_t* base = f.file_.data();
-  const size_t size = f.file_.size();
+  WEFT_RETURN_IF_ERROR(f.index(f.file_.data(), f.file_.size(), path));
+  return f;
+}
+
+Result<SafetensorsFile> SafetensorsFile::from_memory(const uint8_t* data, size_t size,
+                                                     const std::string& label) {
+  SafetensorsFile f;
+  WEFT_RETURN_IF_ERROR(f.index(data, size, label));
+  return f;
+}
+
+Status SafetensorsFile::index(const uint8_t* base, size_t size, const std::string& path) {
   auto fail = [&](const std::string& msg) { return Status::error("'" + path + "': " + msg); };
   if (size < 8) return fail("too small to be a safetensors file (" + std::to_string(size) + " bytes)");
   uint64_t header_len = 0;
@@ -87,14 +97,14 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
     if (it.key() == "__metadata__") {
       if (!it->is_object()) return fail("__metadata__ is not an object");
       for (auto m = it->begin(); m != it->end(); ++m)
-        if (m->is_string()) f.metadata_[m.key()] = m->get<std::string>();
+        if (m->is_string()) metadata_[m.key()] = m->get<std::string>();
       continue;
     }
     TensorView view;
     Span span{};
     Status s = parse_entry(it.key(), *it, data_size, data, &view, &span);
     if (!s.ok()) return s.with_context("'" + path + "'");
-    auto [pos, inserted] = f.tensors_.emplace(it.key(), std::move(view));
+    auto [pos, inserted] = tensors_.emplace(it.key(), std::move(view));
     span.name = &pos->first;
     if (span.end > span.begin) spans.push_back(span);
   }
@@ -103,7 +113,7 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
     if (spans[i].begin < spans[i - 1].end)
       return fail("tensors '" + *spans[i - 1].name + "' and '" + *spans[i].name + "' overlap");
   }
-  return f;
+  return Status();
 }
 
 const TensorView* SafetensorsFile::find(const std::string& name) const {
@@ -111,12 +121,15 @@ const TensorView* SafetensorsFile::find(const std::string& name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
-Status write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                         const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// The header of a file holding `tensors` back to back in the order given; *data_bytes receives
+// the size of the data region.
+Result<std::string> build_header(const std::vector<TensorToWrite>& tensors,
+                                 const std::map<std::string, std::string>& metadata, uint64_t* data_bytes) {
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
-  std::vector<uint64_t> sizes;
   for (const auto& t : tensors) {
     const char* name = dtype_safetensors_name(t.dtype);
     if (!name) return Status::error("cannot write tensor '" + t.name + "' of dtype " + dtype_name(t.dtype));
@@ -124,30 +137,92 @@ Status write_safetensors(const std::string& path, const std::vector<TensorToWrit
     for (int64_t d : t.shape) numel *= uint64_t(d);
     uint64_t bytes = numel * dtype_size(t.dtype);
     header[t.name] = {{"dtype", name}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
-    sizes.push_back(bytes);
     offset += bytes;
   }
   std::string text = header.dump();
   while ((text.size() + 8) % 8 != 0) text.push_back(' ');  // keep the data region 8-byte aligned
-  const std::string tmp = path + ".tmp";
-  FILE* fp = std::fopen(tmp.c_str(), "wb");
-  if (!fp) return Status::error("cannot create '" + tmp + "': " + std::strerror(errno));
+  *data_bytes = offset;
+  return text;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<SafetensorsStreamWriter>> SafetensorsStreamWriter::open(
+    const std::string& path, const std::vector<TensorToWrite>& tensors,
+    const std::map<std::string, std::string>& metadata) {
+  std::unique_ptr<SafetensorsStreamWriter> w(new SafetensorsStreamWriter());
+  auto text = build_header(tensors, metadata, &w->expected_);
+  if (!text.ok()) return text.status();
+  w->path_ = path;
+  w->tmp_ = path + ".tmp";
+  w->fp_ = std::fopen(w->tmp_.c_str(), "wb");
+  if (!w->fp_) return Status::error("cannot create '" + w->tmp_ + "': " + std::strerror(errno));
   uint8_t len_bytes[8];
-  uint64_t len = text.size();
+  const uint64_t len = text->size();
   for (int i = 0; i < 8; ++i) len_bytes[i] = uint8_t(len >> (8 * i));
-  bool ok = std::fwrite(len_bytes, 1, 8, fp) == 8 && std::fwrite(text.data(), 1, text.size(), fp) == text.size();
-  for (size_t i = 0; ok && i < tensors.size(); ++i) {
-    if (sizes[i] && std::fwrite(tensors[i].data, 1, sizes[i], fp) != sizes[i]) ok = false;
-  }
-  ok = (std::fclose(fp) == 0) && ok;
-  if (!ok) {
-    std::remove(tmp.c_str());
+  if (std::fwrite(len_bytes, 1, 8, w->fp_) != 8 || std::fwrite(text->data(), 1, len, w->fp_) != len) {
+    w->abandon();
     return Status::error("write failed for '" + path + "' (disk full?)");
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return Status::error("cannot rename '" + tmp + "' to '" + path + "': " + ec.message());
+  return w;
+}
+
+SafetensorsStreamWriter::~SafetensorsStreamWriter() { abandon(); }
+
+void SafetensorsStreamWriter::abandon() {
+  if (!fp_) return;
+  std::fclose(fp_);
+  fp_ = nullptr;
+  std::remove(tmp_.c_str());
+}
+
+Status SafetensorsStreamWriter::append(const void* data, size_t bytes) {
+  if (!fp_) return Status::error("'" + path_ + "': append after the file was finished or abandoned");
+  if (bytes > expected_ - written_) {
+    abandon();
+    return Status::error("'" + path_ + "': " + std::to_string(written_ + bytes) + " data bytes written, header announced " +
+                         std::to_string(expected_));
+  }
+  if (bytes != 0 && std::fwrite(data, 1, bytes, fp_) != bytes) {
+    abandon();
+    return Status::error("write failed for '" + path_ + "' (disk full?)");
+  }
+  written_ += bytes;
   return Status();
+}
+
+Status SafetensorsStreamWriter::finish() {
+  if (!fp_) return Status::error("'" + path_ + "': finish after the file was finished or abandoned");
+  if (written_ != expected_) {
+    abandon();
+    return Status::error("'" + path_ + "': only " + std::to_string(written_) + " of " + std::to_string(expected_) +
+                         " data bytes written");
+  }
+  const bool closed = std::fclose(fp_) == 0;
+  fp_ = nullptr;
+  if (!closed) {
+    std::remove(tmp_.c_str());
+    return Status::error("write failed for '" + path_ + "' (disk full?)");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp_, path_, ec);
+  if (ec) {
+    std::remove(tmp_.c_str());
+    return Status::error("cannot rename '" + tmp_ + "' to '" + path_ + "': " + ec.message());
+  }
+  return Status();
+}
+
+Status write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                         const std::map<std::string, std::string>& metadata) {
+  auto w = SafetensorsStreamWriter::open(path, tensors, metadata);
+  if (!w.ok()) return w.status();
+  for (const auto& t : tensors) {
+    uint64_t numel = 1;
+    for (int64_t d : t.shape) numel *= uint64_t(d);
+    WEFT_RETURN_IF_ERROR(w.value()->append(t.data, size_t(numel * dtype_size(t.dtype))));
+  }
+  return w.value()->finish();
 }
 
 }  // namespace weft

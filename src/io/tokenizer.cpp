@@ -440,6 +440,18 @@ Result<Tokenizer> Tokenizer::load(const std::string& tokenizer_json_path) {
   return tok;
 }
 
+Result<Tokenizer> Tokenizer::from_json(const std::string& tokenizer_json) {
+  Tokenizer tok;
+  Status s;
+  try {
+    s = tok.parse(tokenizer_json);
+  } catch (const std::exception& e) {
+    s = Status::error(std::string("malformed tokenizer data: ") + e.what());  // as in load()
+  }
+  if (!s.ok()) return s;
+  return tok;
+}
+
 Result<Tokenizer> Tokenizer::load_from_dir(const std::string& model_dir) {
   if (ModelFiles::is_gguf(model_dir)) {
     auto f = GgufFile::open(model_dir);

@@ -35,6 +35,9 @@ class Tokenizer {
   static Result<Tokenizer> load(const std::string& tokenizer_json_path);
   // <dir>/tokenizer.json, or the tokenizer.ggml.* metadata when model_dir is a .gguf file.
   static Result<Tokenizer> load_from_dir(const std::string& model_dir);
+  // Parses tokenizer.json text held in memory (fuzzing, tests); no sibling configs are read, so
+  // BOS/EOS come only from the post-processor.
+  static Result<Tokenizer> from_json(const std::string& tokenizer_json);
   // A "gpt2" (byte-level BPE) tokenizer from GGUF metadata: tokenizer.ggml.tokens / token_type
   // (control and user-defined tokens become added tokens; unused ones are holes) / merges, the
   // split pattern named by tokenizer.ggml.pre, bos / eos / eot ids and add_bos_token.

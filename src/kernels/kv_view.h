@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/check.h"
 #include "core/dtype.h"
 
 namespace weft {
@@ -24,11 +25,15 @@ struct KvLayerView {
   DType k_type = DType::kF16, v_type = DType::kF16;
   size_t k_row_bytes = 0, v_row_bytes = 0;
 
+  // Rows [0, length) of heads [0, n_kv_heads) exist; kernels never read past them (asserted in
+  // Debug and WEFT_CHECKS builds: a position past the cache is a bug in the caller).
   const uint8_t* k_row(int64_t head, int64_t pos) const {
+    WEFT_ASSERT(pos >= 0 && pos < length && head >= 0 && head < n_kv_heads, "K row read outside the KV cache");
     const uint8_t* page = pages[pos / page_tokens];
     return page + size_t(head * page_tokens + pos % page_tokens) * k_row_bytes;
   }
   const uint8_t* v_row(int64_t head, int64_t pos) const {
+    WEFT_ASSERT(pos >= 0 && pos < length && head >= 0 && head < n_kv_heads, "V row read outside the KV cache");
     const uint8_t* page = pages[pos / page_tokens];
     return page + size_t(n_kv_heads * page_tokens) * k_row_bytes +
            size_t(head * page_tokens + pos % page_tokens) * v_row_bytes;

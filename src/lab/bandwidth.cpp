@@ -1,18 +1,23 @@
-// STREAM-style copy/triad probe over a ThreadPool; fixed chunks so every thread streams its own
-// contiguous ranges.
+// The bandwidth probe: array sizing from the last-level cache, the copy/triad/read passes over a
+// ThreadPool, and the scalar read kernel (the AVX2 one is in bandwidth_avx2.cpp).
 #include "lab/bandwidth.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <memory>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/thread_pool.h"
 
 namespace weft::lab {
 namespace {
 
-// 4 MiB of doubles per task: large enough that task dispatch is noise, small enough to balance.
+// 4 MiB of 8-byte words per task: large enough that task dispatch is noise, small enough to balance.
 constexpr size_t kChunk = size_t(4) << 20 >> 3;
 
 void run(ThreadPool* pool, size_t n, const std::function<void(size_t, size_t)>& fn) {
@@ -29,21 +34,76 @@ double seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+std::string read_line(const std::filesystem::path& p) {
+  std::ifstream f(p);
+  std::string s;
+  std::getline(f, s);
+  return s;
+}
+
 }  // namespace
 
-BandwidthResult measure_bandwidth(size_t buffer_bytes, int trials, ThreadPool* pool) {
+size_t parse_cache_size(const std::string& text) {
+  if (text.empty()) return 0;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (end == text.c_str()) return 0;
+  const std::string unit(end);
+  if (unit.empty()) return size_t(v);
+  if (unit == "K") return size_t(v) << 10;
+  if (unit == "M") return size_t(v) << 20;
+  if (unit == "G") return size_t(v) << 30;
+  return 0;
+}
+
+size_t last_level_cache_bytes(const std::string& cache_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  int best_level = 0;
+  size_t best = 0;
+  for (const auto& e : fs::directory_iterator(cache_dir, ec)) {
+    if (e.path().filename().string().rfind("index", 0) != 0) continue;
+    if (read_line(e.path() / "type") == "Instruction") continue;
+    const int level = std::atoi(read_line(e.path() / "level").c_str());
+    const size_t size = parse_cache_size(read_line(e.path() / "size"));
+    if (size > 0 && (level > best_level || (level == best_level && size > best))) {
+      best_level = level;
+      best = size;
+    }
+  }
+  return best;
+}
+
+size_t probe_array_bytes(size_t requested, size_t llc_bytes) {
+  return std::max({requested, 8 * llc_bytes, kMinProbeArrayBytes});
+}
+
+uint64_t read_xor_scalar(const uint64_t* p, size_t n) {
+  uint64_t x0 = 0, x1 = 0, x2 = 0, x3 = 0;  // four chains, as the AVX2 kernel
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) { x0 ^= p[i]; x1 ^= p[i + 1]; x2 ^= p[i + 2]; x3 ^= p[i + 3]; }
+  for (; i < n; ++i) x0 ^= p[i];
+  return x0 ^ x1 ^ x2 ^ x3;
+}
+
+BandwidthResult measure_bandwidth(size_t requested_bytes, int trials, ThreadPool* pool) {
   BandwidthResult r;
-  const size_t n = std::max<size_t>(buffer_bytes / sizeof(double), kChunk);
+  r.llc_bytes = last_level_cache_bytes();
+  const size_t n = (probe_array_bytes(requested_bytes, r.llc_bytes) + kChunk * 8 - 1) / (kChunk * 8) * kChunk;
   r.buffer_bytes = n * sizeof(double);
   r.threads = pool ? pool->size() : 1;
   r.trials = std::max(trials, 1);
+  const bool avx2 = use_avx2();  // the same dispatch as the decode kernels (WEFT_FORCE_SCALAR too)
+  r.read_kernel = avx2 ? "avx2" : "scalar";
   std::unique_ptr<double[]> a(new double[n]), b(new double[n]), c(new double[n]);
   double* pa = a.get(); double* pb = b.get(); double* pc = c.get();
   // First touch in parallel, so pages land where the threads that stream them run.
   run(pool, n, [&](size_t lo, size_t hi) {
-    for (size_t i = lo; i < hi; ++i) { pa[i] = 1.0; pb[i] = 2.0; pc[i] = 0.5; }
+    for (size_t i = lo; i < hi; ++i) { pa[i] = 1.0; pb[i] = 2.0 + double(i & 7); pc[i] = 0.5; }
   });
   const double s = 3.0;
+  std::vector<uint64_t> part(size_t((n + kChunk - 1) / kChunk));
+  uint64_t seen = 0;
   for (int t = 0; t < r.trials; ++t) {
     auto t0 = std::chrono::steady_clock::now();
     run(pool, n, [&](size_t lo, size_t hi) { std::copy(pa + lo, pa + hi, pc + lo); });
@@ -53,20 +113,17 @@ BandwidthResult measure_bandwidth(size_t buffer_bytes, int trials, ThreadPool* p
       for (size_t i = lo; i < hi; ++i) pa[i] = pb[i] + s * pc[i];
     });
     r.triad_gb_s = std::max(r.triad_gb_s, 3.0 * double(r.buffer_bytes) / seconds(t0) / 1e9);
-    // Read-only: per-task partial sums (4 independent chains so the adds do not bound it).
-    std::vector<double> part(size_t((n + kChunk - 1) / kChunk));
+    // Read-only: one XOR per task, stored per task so no two threads share a result.
+    const auto* words = reinterpret_cast<const uint64_t*>(pb);
     t0 = std::chrono::steady_clock::now();
     run(pool, n, [&](size_t lo, size_t hi) {
-      double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-      size_t i = lo;
-      for (; i + 4 <= hi; i += 4) { s0 += pb[i]; s1 += pb[i + 1]; s2 += pb[i + 2]; s3 += pb[i + 3]; }
-      for (; i < hi; ++i) s0 += pb[i];
-      part[lo / kChunk] = s0 + s1 + s2 + s3;
+      part[lo / kChunk] = avx2 ? read_xor_avx2(words + lo, hi - lo) : read_xor_scalar(words + lo, hi - lo);
     });
     r.read_gb_s = std::max(r.read_gb_s, double(r.buffer_bytes) / seconds(t0) / 1e9);
-    volatile double sink = 0;
-    for (double p : part) sink = sink + p;  // keeps the reads observable
+    for (uint64_t p : part) seen ^= p;
   }
+  volatile uint64_t sink = seen;  // keeps the reads observable
+  (void)sink;
   r.gb_s = std::max({r.copy_gb_s, r.triad_gb_s, r.read_gb_s});
   return r;
 }

@@ -1,5 +1,5 @@
-// The bench loop (prefill segments, snapshots, interleaved paired decodes), its byte model and
-// its three renderings (JSON, Markdown, SVG).
+// The bench loop (prefill segments, snapshots, interleaved paired decodes) and its byte model;
+// the renderings (JSON, Markdown, SVG) are in bench_report.cpp.
 #include "lab/bench.h"
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "lab/energy.h"
+#include "lab/resident.h"
 #include "lab/svg_plot.h"
 
 namespace weft::lab {
@@ -28,14 +29,18 @@ std::string fmt(const char* f, double v) {
 
 std::string mib(double b) { return fmt("%.2f MiB", b / (1024.0 * 1024.0)); }
 
-// JSON has no NaN: unmeasured values become null.
-nlohmann::json num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
-
 double kv_ratio(const ModelConfig& c, DType t) {
   return double(kv_bytes_per_token(c, t, t)) / double(kv_bytes_per_token(c, DType::kF16, DType::kF16));
 }
 
 }  // namespace
+
+double DepthResult::ceiling_of(DType t) const {
+  if (t == DType::kF16) return 1.0;
+  for (const auto& [type, v] : ceilings)
+    if (type == t) return v;
+  return NAN;
+}
 
 double kv_ceiling(double kv_share, double bytes_ratio) { return 1.0 / (1.0 - kv_share * (1.0 - bytes_ratio)); }
 
@@ -59,7 +64,23 @@ Result<BenchResult> run_bench(const Model& model, const std::string& model_name,
       return Status::error("--ctx depths must be positive and strictly ascending");
   if (opt.repeats < 1 || opt.gen < 1) return Status::error("--repeats and --gen must be >= 1");
   if (opt.arms.empty()) return Status::error("no --arms");
+  for (size_t i = 0; i < opt.batches.size(); ++i)
+    if (opt.batches[i] <= 0 || (i && opt.batches[i] <= opt.batches[i - 1]))
+      return Status::error("--batch sizes must be positive and strictly ascending");
+  if (!opt.batches.empty() && opt.batches[0] != 1) opt.batches.insert(opt.batches.begin(), 1);
   if (opt.ceiling_only) opt.arms = {DType::kF16};  // Step 0 decodes the f16 curve alone
+  for (size_t i = 0; i < opt.arms.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (opt.arms[i] == opt.arms[j])
+        return Status::error(std::string("--arms lists ") + dtype_name(opt.arms[i]) + " twice");
+  // Every ratio is against f16: without an f16 arm there is nothing to divide by, so one is added
+  // (last, so the arms asked for keep their order) and the reports say so.
+  bool baseline_added = false;
+  if (std::find(opt.arms.begin(), opt.arms.end(), DType::kF16) == opt.arms.end()) {
+    opt.arms.push_back(DType::kF16);
+    baseline_added = true;
+  }
+  const size_t baseline = size_t(std::find(opt.arms.begin(), opt.arms.end(), DType::kF16) - opt.arms.begin());
   if (c.num_full_attention_layers() == 0) return Status::error("the model has no full-attention layer: no KV cache to bench");
   for (DType t : opt.arms)
     if (!kv_type_supported(t, c.head_dim))
@@ -70,43 +91,39 @@ Result<BenchResult> run_bench(const Model& model, const std::string& model_name,
   BenchResult r;
   r.model = model_name;
   r.options = opt;
+  r.baseline_added = baseline_added;
   r.footprint = compute_footprint(model);
   r.kv_bytes_per_token_f16 = kv_bytes_per_token(c, DType::kF16, DType::kF16);
 
-  // Quantized types the ceiling is projected for: the quantized arms, or q8_0 (and q4_0) in Step 0.
+  // Types with a ceiling: every non-f16 arm (Step 0: the arms asked for, or q8_0 and q4_0).
   std::vector<DType> q_types;
-  for (DType t : opt_in.arms) if (t == DType::kQ8_0 || t == DType::kQ4_0) q_types.push_back(t);
+  for (DType t : opt.ceiling_only ? opt_in.arms : opt.arms) if (t != DType::kF16) q_types.push_back(t);
   if (q_types.empty()) q_types = {DType::kQ8_0, DType::kQ4_0};
-  r.kill_type = q_types.front();
+  r.kill_type = DType::kQ8_0;  // the verdict is about the smallest quantized arm asked for, else q8_0
+  for (DType t : q_types) if (t == DType::kQ8_0 || t == DType::kQ4_0) { r.kill_type = t; break; }
   r.kill_ceiling = kv_ceiling(kv_share_at(r.footprint, r.kv_bytes_per_token_f16, opt.kill_at), kv_ratio(c, r.kill_type));
   if (opt.ceiling_only) r.verdict = kill_verdict(r.kill_ceiling, opt.kill_at, opt.kill_below);
 
-  // Sessions: arm 0's session does the prefill when it is f16; otherwise a separate f16 one.
-  std::vector<std::unique_ptr<Session>> sessions;
-  for (DType t : opt.arms) {
+  // One f16 session prefills; every arm (f16 too) decodes in its own session from a copy of the
+  // prefill's state, so all arms start alike and each cache's filling can be measured alike.
+  auto make_session = [&](DType t) {
     SessionOptions so;
     so.threads = opt.threads;
     so.batch = opt.prefill_batch;
     so.kv.k_type = so.kv.v_type = t;
     so.kv.page_tokens = opt.page_tokens;
-    sessions.emplace_back(new Session(model, so));
-  }
-  std::unique_ptr<Session> own_prefill;
-  Session* prefill = nullptr;
-  for (size_t a = 0; a < opt.arms.size(); ++a)
-    if (opt.arms[a] == DType::kF16) { prefill = sessions[a].get(); break; }
-  if (!prefill) {
-    SessionOptions so;
-    so.threads = opt.threads;
-    so.batch = opt.prefill_batch;
-    so.kv.page_tokens = opt.page_tokens;
-    own_prefill.reset(new Session(model, so));
-    prefill = own_prefill.get();
-  }
+    return std::make_unique<Session>(model, so);
+  };
+  std::vector<std::unique_ptr<Session>> sessions;
+  for (DType t : opt.arms) sessions.push_back(make_session(t));
+  std::unique_ptr<Session> prefill_session = make_session(DType::kF16);
+  Session* prefill = prefill_session.get();
   r.threads = prefill->pool().size();
 
   // Bandwidth in this process, with the same thread count as the decode.
-  if (opt.progress) std::fprintf(stderr, "[bench] bandwidth probe (3 x %s, %d trials)...\n", mib(double(opt.bandwidth_bytes)).c_str(), opt.bandwidth_trials);
+  if (opt.progress)
+    std::fprintf(stderr, "[bench] bandwidth probe (3 x %s, %d trials)...\n",
+                 mib(double(probe_array_bytes(opt.bandwidth_bytes, last_level_cache_bytes()))).c_str(), opt.bandwidth_trials);
   r.bandwidth = measure_bandwidth(opt.bandwidth_bytes, opt.bandwidth_trials, &prefill->pool());
 
   std::unique_ptr<EnergyMeter> meter;
@@ -150,14 +167,23 @@ Result<BenchResult> run_bench(const Model& model, const std::string& model_name,
     d.kv_share = kv_share_at(r.footprint, r.kv_bytes_per_token_f16, depth);
     for (DType t : q_types) d.ceilings.push_back({t, kv_ceiling(d.kv_share, kv_ratio(c, t))});
 
-    // Every other arm starts from the snapshot: the f16 rows copied, or quantized once.
+    // Every arm starts from the snapshot: the f16 rows copied, or quantized once. Its cache is
+    // emptied and freed memory handed back first, so the process's resident growth across the
+    // fill is the cache's pages as the kernel counts them (the GDN state is resident already).
+    d.baseline = baseline;
     for (size_t a = 0; a < opt.arms.size(); ++a) {
-      if (sessions[a].get() != prefill) sessions[a]->state().assign_from(prefill->state());
-      ArmResult ar;
+      ModelState& st = sessions[a]->state();
+      st.kv().clear();
+      release_free_heap();
+      const size_t rss_before = process_resident_bytes();
+      st.assign_from(prefill->state());
+      const size_t rss_after = process_resident_bytes();
+      BenchArmResult ar;
       ar.type = opt.arms[a];
       ar.kv_bytes = kv_bytes_per_token(c, ar.type, ar.type) * uint64_t(depth);
       ar.bytes_per_token = r.footprint.active_weight_bytes + ar.kv_bytes + 2 * r.footprint.gdn_state_bytes;
-      ar.kv_resident = sessions[a]->state().kv().bytes_allocated();
+      ar.kv_allocated = st.kv().bytes_allocated();
+      ar.kv_resident = rss_after > rss_before ? rss_after - rss_before : 0;
       ar.kv_resident_diff_pct = (double(ar.kv_resident) - double(ar.kv_bytes)) / double(ar.kv_bytes) * 100.0;
       d.arms.push_back(ar);
     }
@@ -167,7 +193,7 @@ Result<BenchResult> run_bench(const Model& model, const std::string& model_name,
     for (int rep = -1; rep < opt.repeats; ++rep) {
       for (size_t a = 0; a < opt.arms.size(); ++a) {
         Session& s = *sessions[a];
-        s.state().rewind(depth, snapshot);
+        WEFT_RETURN_IF_ERROR(s.state().rewind(depth, snapshot));
         int32_t tok = first;
         if (meter) meter->begin();
         const auto td = Clock::now();
@@ -185,176 +211,35 @@ Result<BenchResult> run_bench(const Model& model, const std::string& model_name,
       }
     }
     if (opt.progress) std::fprintf(stderr, "\n");
-    // The arms' decodes were undone; leave the prefill session exactly at `depth` for the next segment.
-    prefill->state().rewind(depth, snapshot);
 
     const double bw = r.bandwidth.gb_s * 1e9;
-    for (ArmResult& ar : d.arms) {
+    for (BenchArmResult& ar : d.arms) {
       ar.tok_s_ci = median_with_ci(ar.tok_s);
-      for (size_t i = 0; i < ar.tok_s.size(); ++i) ar.ratios.push_back(ar.tok_s[i] / d.arms[0].tok_s[i]);
-      ar.ratio_ci = median_with_ci(ar.ratios);
-      ar.roofline_frac = double(ar.bytes_per_token) * ar.tok_s_ci.median / bw;
+      for (size_t i = 0; i < ar.tok_s.size(); ++i) ar.ratios.push_back(ar.tok_s[i] / d.f16().tok_s[i]);
+      ar.claim = judge_ceiling(ar.ratios, d.ceiling_of(ar.type));
+      if (ar.type == DType::kF16) ar.claim.verdict = "baseline";
+      ar.roofline = judge_roofline(double(ar.bytes_per_token), ar.tok_s_ci.median, bw, r.bandwidth.llc_bytes);
+    }
+    // Batched decode: B sequences sharing this context, one forward call per step.
+    if (!opt.batches.empty() && !opt.ceiling_only) {
+      BatchRunOptions bo;
+      bo.batches = opt.batches;
+      bo.repeats = opt.repeats;
+      bo.gen = opt.gen;
+      bo.threads = opt.threads;
+      bo.page_tokens = opt.page_tokens;
+      for (DType t : opt.arms) {
+        if (opt.progress)
+          std::fprintf(stderr, "[bench] ctx %lld  batched decode (%s)\n", (long long)depth, dtype_name(t));
+        auto arm = run_batch_arm(model, prefill->state(), first, t, depth, r.footprint, bo);
+        if (!arm.ok()) return arm.status();
+        d.batch.push_back(std::move(arm.value()));
+      }
     }
     r.depths.push_back(std::move(d));
   }
   r.wall_s = seconds_since(t_start);
   return r;
-}
-
-nlohmann::json bench_json(const BenchResult& r) {
-  nlohmann::json j;
-  j["bandwidth_gb_s"] = r.bandwidth.gb_s;
-  j["bandwidth"] = {{"copy_gb_s", r.bandwidth.copy_gb_s}, {"triad_gb_s", r.bandwidth.triad_gb_s},
-                    {"read_gb_s", r.bandwidth.read_gb_s},
-                    {"buffer_bytes", r.bandwidth.buffer_bytes}, {"trials", r.bandwidth.trials},
-                    {"threads", r.bandwidth.threads}};
-  j["model"] = r.model;
-  j["threads"] = r.threads;
-  j["repeats"] = r.options.repeats;
-  j["gen"] = r.options.gen;
-  j["byte_model"] = {{"active_weight_bytes", r.footprint.active_weight_bytes},
-                     {"gdn_state_bytes", r.footprint.gdn_state_bytes},
-                     {"gdn_bytes_per_token", 2 * r.footprint.gdn_state_bytes},
-                     {"kv_bytes_per_token_f16", r.kv_bytes_per_token_f16},
-                     {"full_attention_layers", r.footprint.full_attention_layers},
-                     {"linear_attention_layers", r.footprint.linear_attention_layers}};
-  nlohmann::json depths = nlohmann::json::array();
-  for (const DepthResult& d : r.depths) {
-    nlohmann::json e;
-    e["ctx"] = d.ctx;
-    e["prefill_tokens"] = d.prefill_tokens;
-    e["prefill_s"] = d.prefill_s;
-    e["prefill_tok_s"] = d.prefill_tok_s;
-    e["kv_share"] = d.kv_share;
-    e["ceiling"] = nlohmann::json::object();
-    for (const auto& [t, v] : d.ceilings) e["ceiling"][dtype_name(t)] = v;
-    e["arms"] = nlohmann::json::object();
-    for (const ArmResult& a : d.arms) {
-      nlohmann::json x;
-      x["tok_s"] = a.tok_s_ci.median;
-      x["ci"] = {a.tok_s_ci.lo, a.tok_s_ci.hi};
-      x["ci_coverage"] = a.tok_s_ci.coverage;
-      x["tok_s_runs"] = a.tok_s;
-      x["ratio"] = a.ratio_ci.median;
-      x["ratio_ci"] = {a.ratio_ci.lo, a.ratio_ci.hi};
-      x["kv_bytes"] = a.kv_bytes;
-      x["bytes_per_token"] = a.bytes_per_token;
-      x["roofline_frac"] = a.roofline_frac;
-      x["kv_bytes_resident"] = a.kv_resident;
-      x["kv_resident_diff_pct"] = a.kv_resident_diff_pct;
-      for (const auto& [t, v] : d.ceilings)
-        if (t == a.type) x["ratio_over_ceiling"] = a.ratio_ci.median / v;
-      if (!a.joules.empty()) {
-        std::vector<double> jt;
-        for (double jl : a.joules) jt.push_back(jl / double(r.options.gen));
-        x["joules_per_run"] = nlohmann::json::array();
-        for (double jl : a.joules) x["joules_per_run"].push_back(num(jl));
-        x["joules_per_token"] = num(median(jt));
-      }
-      e["arms"][dtype_name(a.type)] = x;
-    }
-    depths.push_back(e);
-  }
-  j["depths"] = depths;
-  j["kill"] = {{"at", r.options.kill_at}, {"below", r.options.kill_below}, {"type", dtype_name(r.kill_type)},
-               {"ceiling", r.kill_ceiling}};
-  j["verdict"] = r.options.ceiling_only ? nlohmann::json(r.verdict) : nlohmann::json(nullptr);
-  j["energy"] = r.energy_status;
-  j["wall_s"] = r.wall_s;
-  return j;
-}
-
-std::string bench_markdown(const BenchResult& r) {
-  std::string s;
-  char buf[512];
-  const Footprint& fp = r.footprint;
-  std::snprintf(buf, sizeof buf,
-                "model: %s; %d threads; %d repeats x %d decoded tokens per arm\n"
-                "byte model per decoded token: weights %s + KV(d) + GDN state %s (read+write); "
-                "KV f16 %llu B/token\n"
-                "bandwidth (in-process probe, best of %d): copy %.2f GB/s, triad %.2f GB/s, read %.2f GB/s -> %.2f GB/s\n\n",
-                r.model.c_str(), r.threads, r.options.repeats, r.options.gen, mib(double(fp.active_weight_bytes)).c_str(),
-                mib(2.0 * double(fp.gdn_state_bytes)).c_str(), (unsigned long long)r.kv_bytes_per_token_f16,
-                r.bandwidth.trials, r.bandwidth.copy_gb_s, r.bandwidth.triad_gb_s, r.bandwidth.read_gb_s,
-                r.bandwidth.gb_s);
-  s += buf;
-  s += "| ctx | prefill tokens | prefill tok/s | kv share (f16) |";
-  std::vector<DType> qt;
-  if (!r.depths.empty()) for (const auto& [t, v] : r.depths[0].ceilings) { qt.push_back(t); s += std::string(" ceiling ") + dtype_name(t) + " |"; }
-  s += "\n|---:|---:|---:|---:|";
-  for (size_t i = 0; i < qt.size(); ++i) s += "---:|";
-  s += "\n";
-  for (const DepthResult& d : r.depths) {
-    std::snprintf(buf, sizeof buf, "| %lld | %lld | %.1f | %.4f |", (long long)d.ctx, (long long)d.prefill_tokens,
-                  d.prefill_tok_s, d.kv_share);
-    s += buf;
-    for (const auto& [t, v] : d.ceilings) s += fmt(" %.4f |", v);
-    s += "\n";
-  }
-  const std::string base = r.depths.empty() || r.depths[0].arms.empty() ? "f16" : dtype_name(r.depths[0].arms[0].type);
-  s += "\n| ctx | arm | tok/s (median) | 95% CI | ratio vs " + base +
-       " | ratio CI | ceiling | ratio / ceiling | bytes/token | KV bytes (model) | KV resident | diff | roofline |";
-  const bool energy = r.options.energy;
-  if (energy) s += " J/token |";
-  s += "\n|---:|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|";
-  if (energy) s += "---:|";
-  s += "\n";
-  for (const DepthResult& d : r.depths) {
-    for (const ArmResult& a : d.arms) {
-      double ceil = NAN;
-      for (const auto& [t, v] : d.ceilings) if (t == a.type) ceil = v;
-      if (a.type == DType::kF16) ceil = 1.0;
-      std::snprintf(buf, sizeof buf,
-                    "| %lld | %s | %.2f | [%.2f, %.2f] | %.3f | [%.3f, %.3f] | %s | %s | %s | %s | %s | %+.2f%% | %.1f%% |",
-                    (long long)d.ctx, dtype_name(a.type), a.tok_s_ci.median, a.tok_s_ci.lo, a.tok_s_ci.hi,
-                    a.ratio_ci.median, a.ratio_ci.lo, a.ratio_ci.hi, std::isfinite(ceil) ? fmt("%.4f", ceil).c_str() : "-",
-                    std::isfinite(ceil) ? fmt("%.3f", a.ratio_ci.median / ceil).c_str() : "-",
-                    mib(double(a.bytes_per_token)).c_str(), mib(double(a.kv_bytes)).c_str(), mib(double(a.kv_resident)).c_str(),
-                    a.kv_resident_diff_pct, a.roofline_frac * 100.0);
-      s += buf;
-      if (energy) {
-        std::vector<double> jt;
-        for (double jl : a.joules) if (std::isfinite(jl)) jt.push_back(jl / r.options.gen);
-        s += jt.empty() ? std::string(" n/a |") : fmt(" %.3f |", median(jt));
-      }
-      s += "\n";
-    }
-  }
-  if (!r.depths.empty() && r.depths[0].arms[0].tok_s_ci.coverage < 0.95)
-    s += fmt("\n(with %.0f repeats the median interval is [min, max]", double(r.options.repeats)) +
-         fmt(", coverage %.1f%%; 6 or more repeats reach 95%%)\n", r.depths[0].arms[0].tok_s_ci.coverage * 100.0);
-  s += std::string("\nprojected ceiling of ") + dtype_name(r.kill_type) + " at " +
-       format_count(double(r.options.kill_at)) + fmt(": %.4f\n", r.kill_ceiling);
-  if (r.options.ceiling_only) s += "verdict: " + r.verdict + "\n";
-  s += "energy: " + r.energy_status + "\n";
-  return s;
-}
-
-std::string bench_svg(const BenchResult& r) {
-  ChartSpec chart;
-  chart.title = "decode tok/s vs context depth (" + r.model + ")";
-  chart.x_label = "context depth (tokens, log2)";
-  chart.y_label = "decode tok/s (median)";
-  chart.log2_x = true;
-  if (r.depths.empty()) return render_line_chart(chart);
-  for (size_t a = 0; a < r.depths[0].arms.size(); ++a) {
-    Series s;
-    s.name = dtype_name(r.depths[0].arms[a].type);
-    for (const DepthResult& d : r.depths) { s.x.push_back(double(d.ctx)); s.y.push_back(d.arms[a].tok_s_ci.median); }
-    chart.series.push_back(s);
-  }
-  // Ceiling curves: what each quantized type would reach if only its bytes mattered.
-  for (size_t q = 0; q < r.depths[0].ceilings.size(); ++q) {
-    Series s;
-    s.name = std::string(dtype_name(r.depths[0].ceilings[q].first)) + " ceiling (f16 x ceiling)";
-    s.dashed = true;
-    for (const DepthResult& d : r.depths) {
-      s.x.push_back(double(d.ctx));
-      s.y.push_back(d.arms[0].tok_s_ci.median * d.ceilings[q].second);
-    }
-    chart.series.push_back(s);
-  }
-  return render_line_chart(chart);
 }
 
 }  // namespace weft::lab

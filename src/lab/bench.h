@@ -12,7 +12,9 @@
 //   kv_share(d)  = KV_f16(d) / bytes_f16(d)
 //   ceiling_t(d) = bytes_f16(d) / bytes_t(d) = 1 / (1 − kv_share·(1 − b_t/b_f16)),  b = KV bytes per token
 // (the speed-up of a decode that is purely memory bound and whose dequantization is free).
-//   roofline_frac = bytes_t(d) · tok/s / measured bandwidth.
+//   roofline_frac = bytes_t(d) · tok/s / measured bandwidth (lab/roofline.h: when it applies).
+// Every ratio, ceiling and ratio / ceiling is relative to the f16 arm, wherever it sits in
+// `arms`; when `arms` has no f16, run_bench appends one (BenchResult::baseline_added says so).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +26,9 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "lab/bandwidth.h"
+#include "lab/bench_batch.h"
+#include "lab/ceiling_claim.h"
+#include "lab/roofline.h"
 #include "lab/stats.h"
 #include "model/footprint.h"
 #include "model/model.h"
@@ -32,8 +37,8 @@ namespace weft::lab {
 
 struct BenchOptions {
   std::vector<int64_t> depths;            // ascending, > 0
-  std::vector<DType> arms{DType::kF16, DType::kQ8_0};  // first arm is the baseline of the ratios
-  int repeats = 3;
+  std::vector<DType> arms{DType::kF16, DType::kQ8_0};  // f16 is the baseline wherever it sits
+  int repeats = kMinRepeatsForClaim;     // fewer cannot support a claim (lab/ceiling_claim.h)
   int gen = 16;                           // decoded tokens per timed run
   int threads = 0;                        // 0: all cores
   int64_t page_tokens = 256;
@@ -43,22 +48,26 @@ struct BenchOptions {
   int64_t kill_at = 32768;
   double kill_below = 0.10;
   bool energy = false;
-  size_t bandwidth_bytes = size_t(512) << 20;  // per probe array (3 arrays)
+  size_t bandwidth_bytes = size_t(512) << 20;  // per probe array (3 arrays); floored by probe_array_bytes
   int bandwidth_trials = 5;
   bool progress = true;                   // progress lines on stderr
+  // Batch sizes of the batched decode (lab/bench_batch.h), ascending; empty: no batched decode.
+  // 1 is added first when missing (every speed-up is against it).
+  std::vector<int64_t> batches;
 };
 
-struct ArmResult {
+struct BenchArmResult {
   DType type = DType::kF16;
   std::vector<double> tok_s;              // one per repeat, in repeat order
   MedianInterval tok_s_ci;
-  std::vector<double> ratios;             // tok_s[r] / baseline tok_s[r] (paired per repeat)
-  MedianInterval ratio_ci;
-  uint64_t kv_bytes = 0;                  // KV_t(d) of the byte model
-  uint64_t bytes_per_token = 0;           // bytes_t(d)
-  double roofline_frac = 0;
-  uint64_t kv_resident = 0;               // KvCache::bytes_allocated() at depth, measured
-  double kv_resident_diff_pct = 0;        // (resident − kv_bytes) / kv_bytes · 100
+  std::vector<double> ratios;             // tok_s[r] / f16 tok_s[r] (paired per repeat)
+  CeilingClaim claim;                     // ratio, its bootstrap interval, vs the ceiling (f16: 1)
+  uint64_t kv_bytes = 0;                  // KV_t(d) of the byte model (a formula)
+  uint64_t bytes_per_token = 0;           // bytes_t(d) of the byte model
+  Roofline roofline;
+  uint64_t kv_allocated = 0;              // KvCache::bytes_allocated(): the cache's own page count
+  uint64_t kv_resident = 0;               // measured: process RSS growth while the cache was filled
+  double kv_resident_diff_pct = 0;        // (kv_resident − kv_bytes) / kv_bytes · 100
   std::vector<double> joules;             // per run (empty if no energy)
 };
 
@@ -68,8 +77,12 @@ struct DepthResult {
   double prefill_s = 0;
   double prefill_tok_s = 0;
   double kv_share = 0;
-  std::vector<std::pair<DType, double>> ceilings;  // per quantized type
-  std::vector<ArmResult> arms;
+  std::vector<std::pair<DType, double>> ceilings;  // per non-f16 type (byte model)
+  std::vector<BenchArmResult> arms;       // in the order of BenchResult::options.arms
+  std::vector<BatchArm> batch;            // per arm, when options.batches is set
+  size_t baseline = 0;                    // index of the f16 arm in `arms`
+  const BenchArmResult& f16() const { return arms[baseline]; }
+  double ceiling_of(DType t) const;       // 1 for f16, NaN for a type without a ceiling
 };
 
 struct BenchResult {
@@ -78,7 +91,8 @@ struct BenchResult {
   uint64_t kv_bytes_per_token_f16 = 0;
   int threads = 0;
   BandwidthResult bandwidth;
-  BenchOptions options;
+  BenchOptions options;                   // arms as run (f16 appended when it was absent)
+  bool baseline_added = false;            // the f16 arm was not asked for and was added
   std::vector<DepthResult> depths;
   double kill_ceiling = 0;                // ceiling of kill_type at kill_at (byte model)
   DType kill_type = DType::kQ8_0;
@@ -94,7 +108,8 @@ double kv_share_at(const Footprint& fp, uint64_t kv_f16_per_token, int64_t depth
 // The Step 0 verdict for a ceiling at kill_at.
 std::string kill_verdict(double ceiling, int64_t kill_at, double kill_below);
 
-// Runs the bench. The model must stay alive for the call. Errors: bad options, unsupported KV types.
+// Runs the bench. The model must stay alive for the call. Errors: bad options, unsupported KV
+// types, an arm listed twice.
 Result<BenchResult> run_bench(const Model& model, const std::string& model_name, const BenchOptions& options);
 
 nlohmann::json bench_json(const BenchResult& r);

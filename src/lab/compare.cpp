@@ -189,7 +189,7 @@ Result<ArmData> parse_arm(std::string_view text, const std::string& name, const 
     nlohmann::json rec;
     try {
       rec = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e999
       return Status::error(line_prefix(name, line_no) + "malformed JSON: " + e.what());
     }
     if (!rec.is_object())

@@ -256,7 +256,7 @@ Result<FidelityResult> run_fidelity(const Model& model, const std::vector<int32_
 
   std::vector<PositionStats> ref_self(size_t(T - 1));
   for (size_t a = 0; a < n_arms; ++a) {
-    ArmResult ar;
+    FidelityArmResult ar;
     ar.arm = arms[a + 1];
     ar.overall = summarize(pos[a]);
     const auto& bk = depth_buckets();
@@ -281,7 +281,7 @@ Result<FidelityResult> run_fidelity(const Model& model, const std::vector<int32_
 
 nlohmann::json fidelity_json(const FidelityResult& r, const std::string& model) {
   nlohmann::json arms = nlohmann::json::object();
-  for (const ArmResult& a : r.arms) {
+  for (const FidelityArmResult& a : r.arms) {
     nlohmann::json j = summary_json(a.overall);
     j["k_type"] = dtype_name(a.arm.kv.k_type);
     j["v_type"] = dtype_name(a.arm.kv.v_type);
@@ -317,11 +317,11 @@ std::string fidelity_markdown(const FidelityResult& r) {
            fmt("%.2f%%", 100 * s.top1) + " | " + fmt("%+.3e", s.dnll_mean) + " | " + fmt("%.5f", s.ppl_ratio) +
            " | " + fmt("%+.2e", s.dp_mean) + " | " + fmt("%.2e", s.dp_abs_p99) + " |\n";
   };
-  for (const ArmResult& a : r.arms) row("**" + a.arm.name + "**", "all", a.overall);
+  for (const FidelityArmResult& a : r.arms) row("**" + a.arm.name + "**", "all", a.overall);
   bool any_split = false;
-  for (const ArmResult& a : r.arms) any_split |= a.buckets.size() > 1;
+  for (const FidelityArmResult& a : r.arms) any_split |= a.buckets.size() > 1;
   if (any_split)  // a single bucket would only repeat the overall rows
-    for (const ArmResult& a : r.arms)
+    for (const FidelityArmResult& a : r.arms)
       for (const BucketSummary& b : a.buckets) row(a.arm.name, b.bucket.label(), b.stats);
   return out;
 }
@@ -332,7 +332,7 @@ std::string fidelity_svg(const FidelityResult& r, const std::string& title) {
   spec.x_label = "context depth (upper bound of bucket, tokens)";
   spec.y_label = "mean KL(" + r.ref + " ‖ arm), nats";
   spec.log2_x = true;
-  for (const ArmResult& a : r.arms) {
+  for (const FidelityArmResult& a : r.arms) {
     Series s;
     s.name = a.arm.name;
     for (const BucketSummary& b : a.buckets) {

@@ -83,7 +83,7 @@ struct BucketSummary {
   FidelitySummary stats;
 };
 
-struct ArmResult {
+struct FidelityArmResult {
   FidelityArm arm;
   FidelitySummary overall;
   std::vector<BucketSummary> buckets;     // non-empty buckets only, by depth
@@ -100,7 +100,7 @@ struct FidelityOptions {
 struct FidelityResult {
   std::string ref;               // the reference arm's name
   int64_t tokens = 0;            // tokens fed
-  std::vector<ArmResult> arms;   // the non-reference arms, in the order given
+  std::vector<FidelityArmResult> arms;   // the non-reference arms, in the order given
   FidelitySummary ref_summary;   // reference vs itself: zeros, with ref_ppl
   double wall_s = 0;
 };

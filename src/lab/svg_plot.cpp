@@ -104,10 +104,14 @@ std::string render_line_chart(const ChartSpec& spec) {
   auto px = [&](double xv) { return plot_x0 + (xv - x_min) / (x_max - x_min) * (plot_x1 - plot_x0); };
   auto py = [&](double yv) { return plot_y1 - (yv - y_min) / (y_max - y_min) * (plot_y1 - plot_y0); };
 
+  const double h_all = h + 18.0 * double(spec.notes.size());
   std::string svg;
-  svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + n2(w) + "\" height=\"" + n2(h) +
-         "\" viewBox=\"0 0 " + n2(w) + " " + n2(h) + "\" font-family=\"sans-serif\" font-size=\"12\">\n";
-  svg += "<rect x=\"0\" y=\"0\" width=\"" + n2(w) + "\" height=\"" + n2(h) + "\" fill=\"white\"/>\n";
+  svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + n2(w) + "\" height=\"" + n2(h_all) +
+         "\" viewBox=\"0 0 " + n2(w) + " " + n2(h_all) + "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  svg += "<rect x=\"0\" y=\"0\" width=\"" + n2(w) + "\" height=\"" + n2(h_all) + "\" fill=\"white\"/>\n";
+  for (size_t i = 0; i < spec.notes.size(); ++i)
+    svg += "<text x=\"12\" y=\"" + n2(h + 4 + 18.0 * double(i)) + "\" font-size=\"11\">" +
+           escape_xml(spec.notes[i]) + "</text>\n";
   svg += "<text x=\"" + n2(w / 2) + "\" y=\"24\" text-anchor=\"middle\" font-size=\"16\">" +
          escape_xml(spec.title) + "</text>\n";
 

@@ -37,7 +37,8 @@ uint64_t kv_bytes_per_token(const ModelConfig& c, DType k, DType v) {
 Footprint compute_footprint(const Model& model) {
   const ModelConfig& c = model.config();
   const ModelWeights& w = model.weights();
-  Counter total, active;
+  Counter total, active, routed, routed_active;
+  int64_t moe_layers = 0;
   total.add(w.embed_tokens);
   active.params += c.hidden_size;  // one embedding row is read per token
   active.bytes += w.embed_tokens.row_bytes();
@@ -65,7 +66,10 @@ Footprint compute_footprint(const Model& model) {
       for (const ExpertWeights& e : f.experts) {
         total.add_mlp(e);
         active.add_mlp(e, frac);
+        routed.add_mlp(e);
+        routed_active.add_mlp(e, frac);
       }
+      ++moe_layers;
       if (f.has_shared_expert) {
         total.add_mlp(f.shared_expert); active.add_mlp(f.shared_expert);
         total.add(f.shared_expert_gate); active.add(f.shared_expert_gate);
@@ -76,6 +80,10 @@ Footprint compute_footprint(const Model& model) {
     }
   }
   Footprint fp;
+  fp.routed_expert_bytes = routed.bytes;
+  fp.active_routed_expert_bytes = routed_active.bytes;
+  fp.moe_layers = moe_layers;
+  fp.experts = c.num_experts;
   fp.total_params = total.params;
   fp.active_params = active.params;
   fp.total_weight_bytes = total.bytes;

@@ -21,6 +21,13 @@ struct Footprint {
   // top-k experts and the output head in their stored dtypes, plus one embedding row.
   uint64_t active_weight_bytes = 0;
   uint64_t gdn_state_bytes = 0;    // conv windows + delta-rule states, f32, independent of context
+  // Routed experts, for batch byte models: the weight bytes of every routed expert of every MoE
+  // layer summed (divide by E·layers for one expert of one layer), and the top-k share of it
+  // that active_weight_bytes includes.
+  uint64_t routed_expert_bytes = 0;
+  uint64_t active_routed_expert_bytes = 0;
+  int64_t moe_layers = 0;
+  int64_t experts = 0;             // routed experts per MoE layer
   int64_t full_attention_layers = 0;
   int64_t linear_attention_layers = 0;
   // Total weight bytes per stored type ("bf16", "q4_K", ...; small f32 vectors under "f32").

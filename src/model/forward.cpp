@@ -62,6 +62,8 @@ void attention_layer(const ModelConfig& c, const AttentionWeights& w, int64_t la
   be.matmul(w.q_proj, xn, R, qg);
   be.matmul(w.k_proj, xn, R, k);
   be.matmul(w.v_proj, xn, R, v);
+  thread_local std::vector<AttentionCall> calls;
+  calls.clear();
   for (size_t s = 0; s < rows.seqs.size(); ++s) {
     const SequenceRows& seq = rows.seqs[s];
     ModelState& st = *seq.state;
@@ -96,28 +98,24 @@ void attention_layer(const ModelConfig& c, const AttentionWeights& w, int64_t la
     // Cache write (K after RoPE), then attention over the cache.
     const int64_t slot = st.slot(layer), pos0 = st.position();
     be.kv_append(st.kv(), slot, p.k, p.v, n);
-    const KvLayerView view = st.kv().view(slot);
-    AttentionArgs args;
-    args.n_heads = nh;
-    args.scale = 1.0f / std::sqrt(float(hd));
-    if (seq.numerics == RowNumerics::kDecode) {
-      // Row by row: each row gets exactly a single decode step's arithmetic, whatever the kernel.
-      for (int64_t i = 0; i < n; ++i) {
-        args.q = p.q + i * nh * hd;
-        args.T = 1;
-        args.pos0 = pos0 + i;
-        args.out = att + (r0 + i) * nh * hd;
-        be.attention(view, args);
-      }
-    } else {
-      args.q = p.q;
-      args.T = n;
-      args.pos0 = pos0;
-      args.out = att + r0 * nh * hd;
-      be.attention(view, args);
+    AttentionCall call;
+    call.kv = st.kv().view(slot);
+    call.args.n_heads = nh;
+    call.args.scale = 1.0f / std::sqrt(float(hd));
+    // Decode numerics: row by row, each row gets exactly a single decode step's arithmetic.
+    const bool by_row = seq.numerics == RowNumerics::kDecode;
+    for (int64_t i = 0; i < (by_row ? n : 1); ++i) {
+      call.args.q = p.q + i * nh * hd;
+      call.args.T = by_row ? 1 : n;
+      call.args.pos0 = pos0 + i;
+      call.args.out = att + (r0 + i) * nh * hd;
+      calls.push_back(call);
     }
-    if (rot_v) be.hadamard_rows(att + r0 * nh * hd, n * nh, hd);  // o = H·Σ p·(H v) = Σ p·v
   }
+  be.attention(calls.data(), int64_t(calls.size()));
+  for (size_t s = 0; s < rows.seqs.size(); ++s)  // o = H·Σ p·(H v) = Σ p·v
+    if (rows.seqs[s].state->kv_options().rotates_v())
+      be.hadamard_rows(att + rows.first[s] * nh * hd, rows.seqs[s].n * nh, hd);
   if (c.attn_output_gate) be.mul_sigmoid(att, gate, R * nh * hd);
   be.matmul(w.o_proj, att, R, y);
 }
@@ -165,10 +163,13 @@ void gdn_layer(const ModelConfig& c, const GdnWeights& w, int64_t layer, const R
   prep.dk = dk;
   be.gdn_prep(prep);
   // The delta-rule recurrence, per sequence on its own state.
+  thread_local std::vector<GdnCall> calls;
+  calls.clear();
   for (size_t s = 0; s < rows.seqs.size(); ++s) {
     const SequenceRows& seq = rows.seqs[s];
     const int64_t r0 = rows.first[s];
-    GdnRecurrentArgs args;
+    GdnCall& call = calls.emplace_back();
+    GdnRecurrentArgs& args = call.args;
     args.state = seq.state->recurrent().layer(seq.state->slot(layer)).ssm.data();
     args.q = mixed + r0 * conv_dim;
     args.k = mixed + r0 * conv_dim + key_dim;
@@ -185,8 +186,9 @@ void gdn_layer(const ModelConfig& c, const GdnWeights& w, int64_t layer, const R
     args.dv = dv;
     // Prefill rows take the chunked form even when there is a single row: a prompt split at a
     // multiple of kPrefillChunk must see the same arithmetic on both sides of the cut.
-    be.gdn_recurrence(args, seq.numerics == RowNumerics::kPrefill);
+    call.chunked = seq.numerics == RowNumerics::kPrefill;
   }
+  be.gdn_recurrence(calls.data(), int64_t(calls.size()));
   // Gated RMSNorm per value head (plain w, then ·silu(z)), then the output projection.
   be.rmsnorm_gated(core, z, w.norm.data(), core, R * nv, dv, float(c.rms_norm_eps));
   be.matmul(w.out_proj, core, R, y);

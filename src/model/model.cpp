@@ -3,7 +3,11 @@
 // at names or architectures again.
 #include "model/model.h"
 
+#include <cstdint>
+#include <cstring>
 #include <string>
+
+#include "kernels/cpu/vec_convert.h"
 
 namespace weft {
 
@@ -15,7 +19,8 @@ bool is_weight_type(DType t) {
 
 class Binder {
  public:
-  Binder(const ModelFiles& files, const ModelConfig& config) : files_(files), config_(config) {}
+  Binder(const ModelFiles& files, const ModelConfig& config, std::vector<std::unique_ptr<uint8_t[]>>* copies)
+      : files_(files), config_(config), copies_(copies) {}
 
   bool has(const std::string& name) const { return files_.find(name) != nullptr; }
 
@@ -31,7 +36,7 @@ class Binder {
     if (cols % dtype_block(t->dtype) != 0)
       return Status::error("tensor '" + name + "' rows of " + std::to_string(cols) + " values are not whole " +
                            dtype_name(t->dtype) + " blocks");
-    *out = {t->dtype, t->data, rows, cols};
+    *out = {t->dtype, aligned_data(*t), rows, cols};
     return Status();
   }
 
@@ -44,7 +49,7 @@ class Binder {
     if (t->rank() != 3 || t->dim(0) != n || t->dim(1) != rows || t->dim(2) != cols)
       return Status::error("tensor '" + name + "' has shape " + shape_string(t->shape) + ", config implies " +
                            shape_string({n, rows, cols}));
-    *out = {t->dtype, t->data, n * rows, cols};
+    *out = {t->dtype, aligned_data(*t), n * rows, cols};
     return Status();
   }
 
@@ -55,15 +60,11 @@ class Binder {
     if (t->shape != shape)
       return Status::error("tensor '" + name + "' has shape " + shape_string(t->shape) + ", config implies " +
                            shape_string(shape));
+    if (t->dtype != DType::kF32 && t->dtype != DType::kF16 && t->dtype != DType::kBF16)
+      return Status::error("tensor '" + name + "' has unsupported dtype " + dtype_name(t->dtype));
     out->resize(size_t(t->numel()));
-    for (int64_t i = 0; i < t->numel(); ++i) {
-      switch (t->dtype) {
-        case DType::kF32: (*out)[size_t(i)] = t->as<float>()[i]; break;
-        case DType::kF16: (*out)[size_t(i)] = f16_to_f32(t->as<uint16_t>()[i]); break;
-        case DType::kBF16: (*out)[size_t(i)] = bf16_to_f32(t->as<uint16_t>()[i]); break;
-        default: return Status::error("tensor '" + name + "' has unsupported dtype " + dtype_name(t->dtype));
-      }
-    }
+    // The scalar conversion reads through memcpy: the mapped bytes may be misaligned.
+    convert_row_to_f32_scalar(t->dtype, t->data, out->data(), t->numel());
     return Status();
   }
 
@@ -150,8 +151,20 @@ class Binder {
   }
 
  private:
+  // t's bytes, or an aligned copy of them when the mapping puts them at an address that is not
+  // a multiple of the element size (see Model::load in model.h).
+  const void* aligned_data(const TensorView& t) const {
+    // Block types are read as 2-byte fields (f16 scales) and bytes: 2-byte alignment suffices.
+    const size_t align = dtype_is_block_quant(t.dtype) ? 2 : dtype_size(t.dtype);
+    if (reinterpret_cast<uintptr_t>(t.data) % align == 0) return t.data;
+    copies_->emplace_back(new uint8_t[t.nbytes]);  // operator new[] aligns for every scalar type
+    std::memcpy(copies_->back().get(), t.data, t.nbytes);
+    return copies_->back().get();
+  }
+
   const ModelFiles& files_;
   const ModelConfig& config_;
+  std::vector<std::unique_ptr<uint8_t[]>>* copies_;
 };
 
 }  // namespace
@@ -167,7 +180,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir) {
   model->config_ = std::move(config.value());
   const ModelConfig& c = model->config_;
   ModelWeights& w = model->weights_;
-  Binder b(*model->files_, c);
+  Binder b(*model->files_, c, &model->aligned_copies_);
   const std::string& pre = c.tensor_prefix;
   const int64_t H = c.hidden_size, V = c.vocab_size;
 

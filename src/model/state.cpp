@@ -68,10 +68,14 @@ void ModelState::assign_from(const ModelState& src) {
   position_ = src.position_;
 }
 
-void ModelState::rewind(int64_t position, const RecurrentState& recurrent) {
+Status ModelState::rewind(int64_t position, const RecurrentState& recurrent) {
+  if (position < 0 || position > position_)
+    return Status::error("cannot rewind to position " + std::to_string(position) + ": the sequence holds " +
+                         std::to_string(position_) + " tokens");
   kv_.truncate(position);
   recurrent_.assign_from(recurrent);
   position_ = position;
+  return Status();
 }
 
 }  // namespace weft

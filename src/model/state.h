@@ -7,6 +7,7 @@
 
 #include "cache/kv_cache.h"
 #include "cache/recurrent_state.h"
+#include "core/status.h"
 #include "model/config.h"
 
 namespace weft {
@@ -36,9 +37,11 @@ class ModelState {
   // KvCache::assign_from), its GDN state and its position. Rows are rotated or un-rotated when
   // the two states differ in KvOptions::rotates_k / rotates_v.
   void assign_from(const ModelState& src);
-  // Rewinds to `position` (<= position()): drops KV rows from there on and sets the GDN state to
-  // `recurrent`, which must be the state saved at that position. O(GDN state), not O(context).
-  void rewind(int64_t position, const RecurrentState& recurrent);
+  // Rewinds to `position` (0 <= position <= position()): drops KV rows from there on and sets
+  // the GDN state to `recurrent`, which must be the state saved at that position. O(GDN state),
+  // not O(context). A position outside [0, position()] is an error and changes nothing: there
+  // are no cached rows to rewind to.
+  Status rewind(int64_t position, const RecurrentState& recurrent);
 
   KvCache& kv() { return kv_; }
   const KvCache& kv() const { return kv_; }

@@ -110,6 +110,8 @@ std::vector<float>& thread_scratch() {
 }  // namespace
 
 void attention_f16(const KvLayerView& kv, const AttentionArgs& a, ThreadPool* pool) {
+  // Token t sees rows [0, pos0 + t]; the cache must already hold the last of them.
+  WEFT_ASSERT(a.pos0 >= 0 && a.pos0 + a.T <= kv.length, "attention would read past the KV cache");
   const int64_t hd = kv.head_dim, n_kv = kv.n_kv_heads, group = a.n_heads / n_kv;
   const size_t scratch_floats = size_t(hd + group * kAttnChunk);
 

@@ -9,6 +9,8 @@
 namespace weft {
 
 void attention_reference(const KvLayerView& kv, const AttentionArgs& a, ThreadPool* pool) {
+  // Token t sees rows [0, pos0 + t]; the cache must already hold the last of them.
+  WEFT_ASSERT(a.pos0 >= 0 && a.pos0 + a.T <= kv.length, "attention would read past the KV cache");
   const int64_t hd = kv.head_dim, group = a.n_heads / kv.n_kv_heads;
   auto task = [&](int64_t idx) {
     const int64_t t = idx / a.n_heads, h = idx % a.n_heads, g = h / group;

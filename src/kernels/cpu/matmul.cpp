@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/check.h"
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/vec_convert.h"
@@ -54,8 +55,13 @@ void for_each_row_block(int64_t N, ThreadPool* pool, const Fn& fn) {
 
 }  // namespace
 
+bool matmul_supports(DType wtype) {
+  return wtype == DType::kF32 || wtype == DType::kF16 || wtype == DType::kBF16;
+}
+
 void matmul_scalar(DType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
                    int64_t T, float* out, int64_t ldo, ThreadPool* pool) {
+  WEFT_CHECK(matmul_supports(wtype), "matmul: this weight dtype has no kernel");
   if (N <= 0 || T <= 0 || K <= 0) return;
   const size_t row_bytes = dtype_bytes(wtype, size_t(K));
   const auto* wbytes = static_cast<const uint8_t*>(w);

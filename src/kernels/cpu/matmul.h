@@ -35,6 +35,11 @@ void matmul_scalar(DType wtype, const void* w, int64_t N, int64_t K, const float
 void matmul_avx2(DType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
                  int64_t T, float* out, int64_t ldo, ThreadPool* pool);
 
+// True for the weight dtypes that have a kernel (f32, f16, bf16). Weight binding refuses the
+// others with a Status; calling any matmul with one anyway is a bug and aborts (WEFT_CHECK),
+// never a silent read of the bytes as f32.
+bool matmul_supports(DType wtype);
+
 // Output rows per parallel task. Tasks write disjoint rows, and since each output element is
 // computed whole by one task, the grain only affects speed, never values.
 constexpr int64_t kMatmulRowsPerTask = 16;

@@ -31,6 +31,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/check.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/vec_convert.h"
@@ -282,6 +283,7 @@ void prefill_block(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, 
 
 void matmul_avx2(DType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
                  int64_t T, float* out, int64_t ldo, ThreadPool* pool) {
+  WEFT_CHECK(matmul_supports(wtype), "matmul: this weight dtype has no kernel");
   if (N <= 0 || T <= 0 || K <= 0) return;
   const size_t row_bytes = dtype_bytes(wtype, size_t(K));
   const auto* wbytes = static_cast<const uint8_t*>(w);
@@ -298,7 +300,8 @@ void matmul_avx2(DType wtype, const void* w, int64_t N, int64_t K, const float* 
       switch (wtype) {
         case DType::kF16: decode_block<DType::kF16>(wbytes, row_bytes, n0, n1, K, x, out); break;
         case DType::kBF16: decode_block<DType::kBF16>(wbytes, row_bytes, n0, n1, K, x, out); break;
-        default: decode_block<DType::kF32>(wbytes, row_bytes, n0, n1, K, x, out); break;
+        case DType::kF32: decode_block<DType::kF32>(wbytes, row_bytes, n0, n1, K, x, out); break;
+        default: break;  // unreachable: refused by the WEFT_CHECK above
       }
     } else {
       prefill_block(wtype, wbytes, row_bytes, n0, n1, K, x, ldx, T, out, ldo);

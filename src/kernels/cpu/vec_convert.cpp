@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "core/check.h"
 #include "core/cpu_features.h"
 
 namespace weft {
@@ -28,8 +29,8 @@ void convert_row_to_f32_scalar(DType src_type, const void* src, float* dst, int6
       }
       return;
     default:
-      std::memset(dst, 0, size_t(n) * sizeof(float));  // unsupported: callers check the dtype
-      return;
+      // Callers check the dtype at binding; zeros here once hid such a bug.
+      WEFT_CHECK(false, "convert_row_to_f32: unsupported source dtype");
   }
 }
 

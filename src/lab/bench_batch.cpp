@@ -1,0 +1,92 @@
+#include "lab/bench_batch.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "engine/engine.h"
+
+namespace weft::lab {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int32_t argmax_of(const std::vector<float>& x) {
+  return int32_t(std::max_element(x.begin(), x.end()) - x.begin());
+}
+
+}  // namespace
+
+Result<BatchArm> run_batch_arm(const Model& model, const ModelState& prefilled, int32_t first, DType type,
+                               int64_t depth, const Footprint& fp, const BatchRunOptions& o) {
+  const ModelConfig& c = model.config();
+  const int64_t V = c.vocab_size, max_b = o.batches.back();
+  EngineOptions eo;
+  eo.threads = o.threads;
+  Engine engine(model, eo);
+  KvOptions kv;
+  kv.k_type = kv.v_type = type;
+  kv.page_tokens = o.page_tokens;
+  std::vector<SeqId> seqs;
+  for (int64_t i = 0; i < max_b; ++i) {
+    seqs.push_back(engine.add(kv));
+    engine.state(seqs.back()).assign_from(prefilled);  // the shared context, in this arm's KV type
+  }
+  std::vector<std::vector<float>> logits(static_cast<size_t>(max_b), std::vector<float>(static_cast<size_t>(V)));
+
+  // Byte model terms (lab/bench_batch.h).
+  const uint64_t kv_t = kv_bytes_per_token(c, type, type) * uint64_t(depth);
+  const uint64_t shared = fp.active_weight_bytes - fp.active_routed_expert_bytes;
+  const double one_expert =
+      fp.moe_layers > 0 ? double(fp.routed_expert_bytes) / double(fp.experts * fp.moe_layers) : 0.0;
+
+  BatchArm arm;
+  arm.type = type;
+  for (int64_t b : o.batches) {
+    BatchPoint point;
+    point.batch = b;
+    arm.points.push_back(point);
+  }
+  std::vector<int64_t> touched(o.batches.size(), 0), steps(o.batches.size(), 0);
+  std::vector<DecodeInput> step;
+  for (int rep = -1; rep < o.repeats; ++rep) {  // repeat -1: untimed warm-up
+    for (size_t p = 0; p < o.batches.size(); ++p) {
+      const int64_t B = o.batches[p];
+      // Back to the shared context; sequence i continues from its own first token.
+      std::vector<int32_t> tok(static_cast<size_t>(B));
+      for (int64_t i = 0; i < B; ++i) {
+        WEFT_RETURN_IF_ERROR(engine.state(seqs[size_t(i)]).rewind(depth, prefilled.recurrent()));
+        tok[size_t(i)] = int32_t((int64_t(first) + 7919 * i) % V);
+      }
+      const BackendCounters before = engine.backend().counters();
+      const auto t0 = Clock::now();
+      for (int g = 0; g < o.gen; ++g) {
+        step.clear();
+        for (int64_t i = 0; i < B; ++i) step.push_back({seqs[size_t(i)], tok[size_t(i)], logits[size_t(i)].data()});
+        WEFT_RETURN_IF_ERROR(engine.decode(step));
+        for (int64_t i = 0; i < B; ++i) tok[size_t(i)] = argmax_of(logits[size_t(i)]);  // greedy, fed back
+      }
+      const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (rep < 0) continue;
+      arm.points[p].aggregate_tok_s.push_back(double(B * o.gen) / secs);
+      touched[p] += engine.backend().counters().moe_experts_touched - before.moe_experts_touched;
+      steps[p] += o.gen;
+    }
+  }
+  for (size_t p = 0; p < arm.points.size(); ++p) {
+    BatchPoint& pt = arm.points[p];
+    pt.aggregate = median_with_ci(pt.aggregate_tok_s);
+    pt.per_sequence_tok_s = pt.aggregate.median / double(pt.batch);
+    pt.experts_touched = steps[p] ? double(touched[p]) / double(steps[p]) : 0.0;
+    pt.bytes_per_step = shared + uint64_t(pt.experts_touched * one_expert) +
+                        uint64_t(pt.batch) * (kv_t + 2 * fp.gdn_state_bytes);
+  }
+  const BatchPoint& one = arm.points.front();
+  for (BatchPoint& pt : arm.points) {
+    pt.predicted_speedup = double(pt.batch) * double(one.bytes_per_step) / double(pt.bytes_per_step);
+    pt.measured_speedup = pt.aggregate.median / one.aggregate.median;
+  }
+  return arm;
+}
+
+}  // namespace weft::lab
