@@ -146,19 +146,19 @@ TEST(LogitsCommand, StreamedFileEqualsWholeTensorFile) {
   const std::string model_dir = fixture_dir("qwen35_dense");
   auto model = Model::load(model_dir);
   ASSERT_TRUE(model.ok()) << model.status().message();
-  const int64_t V = model.value()->config().vocab_size, T = 45;  // 3 batches of 16, the last partial
+  const int64_t V = model.value()->config().vocab_size, T = 150;  // 3 batches of 64, the last partial
   const std::vector<int32_t> ids = some_ids(T, int32_t(V), 11);
   write_ids(dir + "/ids.txt", ids);
 
   std::string out;
   const int rc = test::run_command(test::weft_binary() + " logits -m " + model_dir + " --ids-file " + dir +
-                                       "/ids.txt -o " + dir + "/streamed.safetensors --batch 16 --threads 2",
+                                       "/ids.txt -o " + dir + "/streamed.safetensors --batch 64 --threads 2",
                                    &out);
   ASSERT_EQ(rc, 0) << out;
 
   SessionOptions so;
   so.threads = 2;
-  so.batch = 16;
+  so.batch = 64;
   Session session(*model.value(), so);
   std::vector<float> logits(static_cast<size_t>(T * V));
   ASSERT_TRUE(session.feed(ids.data(), T, logits.data(), nullptr).ok());

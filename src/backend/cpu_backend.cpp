@@ -11,6 +11,7 @@
 #include "cache/kv_cache.h"
 #include "core/cpu_features.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_f16_prefill.h"
 #include "kernels/cpu/attention_quant.h"
 #include "kernels/cpu/gdn.h"
 #include "kernels/cpu/gdn_chunked.h"
@@ -30,7 +31,7 @@ static_assert(kGdnChunk == kPrefillChunk, "the GDN chunk and the prefill chunk m
 
 CpuBackend::CpuBackend(int threads) : pool_(threads) {}
 
-std::string CpuBackend::name() const { return use_avx2() ? "cpu (avx2)" : "cpu (scalar)"; }
+std::string CpuBackend::name() const { return "cpu: " + kernel_path_description(); }
 
 float* CpuBackend::buffer(Buf role, int64_t n) {
   std::vector<float>& v = buffers_[size_t(role)];
@@ -226,7 +227,10 @@ namespace {
 
 void attention_one(const KvLayerView& view, const AttentionArgs& args, ThreadPool* pool) {
   if (view.k_type == DType::kF16 && view.v_type == DType::kF16) {
-    attention_f16(view, args, pool);  // strict tier (frozen)
+    // Strict tier: prefill through the query-block-tiled kernel, which reproduces the frozen
+    // kernel's bits row for row (attention_f16_prefill.h); decode stays on the frozen kernel.
+    if (args.T > 1) attention_f16_prefill(view, args, pool);
+    else attention_f16(view, args, pool);
   } else if (attention_quant_supports(view)) {
     attention_quant(view, args, pool);  // quantized KV tier
   } else {

@@ -7,6 +7,7 @@
 
 #include "cli/command.h"
 #include "cli/common.h"
+#include "core/cpu_features.h"
 #include "model/footprint.h"
 
 namespace weft::cli {
@@ -63,6 +64,7 @@ int run_info(int argc, char** argv) {
     j["active_weight_bytes_per_token"] = fp.active_weight_bytes;
     j["gdn_state_bytes"] = fp.gdn_state_bytes;
     for (const auto& [type, bytes] : fp.weight_bytes_by_type) j["weight_bytes_by_type"][type] = bytes;
+    j["kernels"] = "cpu: " + kernel_path_description();
     for (DType t : types) {
       if (!kv_type_supported(t, c.head_dim)) continue;
       nlohmann::json e;
@@ -96,6 +98,7 @@ int run_info(int argc, char** argv) {
   for (const auto& [type, bytes] : fp.weight_bytes_by_type)
     by_type += (by_type.empty() ? "" : ", ") + type + " " + human_bytes(double(bytes));
   std::printf("weight types   %s\n", by_type.c_str());
+  std::printf("kernels        cpu: %s\n", kernel_path_description().c_str());
   std::printf("gdn state      %s per sequence (f32, constant in context; never quantized)\n",
               human_bytes(double(fp.gdn_state_bytes)).c_str());
   std::printf("\nKV cache (full-attention layers only; lives in the session's paged cache in RAM):\n\n");

@@ -23,7 +23,7 @@ int run_logits(int argc, char** argv) {
   app.add_option("-o,--out", out_path, "output .safetensors (tensor 'logits' f32 [T, V])")->required();
   app.add_option("--threads", threads, "worker threads (0 = all cores); results do not depend on it")
       ->check(CLI::Range(0, 1024));
-  app.add_option("--batch", batch, "tokens per forward call")->check(CLI::PositiveNumber);
+  app.add_option("--batch", batch, "tokens per forward call (rounded up to a multiple of 64, the prefill chunk; results do not depend on it)")->check(CLI::PositiveNumber);
   kv.add(app);
   add_ctx_max_flag(app, &ctx_max);
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
@@ -48,7 +48,7 @@ int run_logits(int argc, char** argv) {
   // same forward calls as one feed() of all T tokens, so the values are the same.
   auto writer = SafetensorsStreamWriter::open(out_path, {{"logits", DType::kF32, {T, V}, nullptr}});
   if (!writer.ok()) return fail(writer.status());
-  const int64_t rows = std::min(so.batch, T);
+  const int64_t rows = std::min(session.batch(), T);
   std::vector<float> logits(static_cast<size_t>(rows * V));
   int64_t reported = 0;
   for (int64_t done = 0; done < T;) {

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 namespace weft {
 
@@ -18,6 +19,15 @@ const CpuFeatures& cpu_features() {
     __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(1), "c"(0));
     f.f16c = (ecx >> 29) & 1;
 #endif
+    f.avx512f = __builtin_cpu_supports("avx512f");
+    f.avx512bw = __builtin_cpu_supports("avx512bw");
+    f.avx512_vnni = __builtin_cpu_supports("avx512vnni");
+    f.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
+#if defined(__GNUC__)
+    unsigned a7, b7, c7, d7;
+    __asm__("cpuid" : "=a"(a7), "=b"(b7), "=c"(c7), "=d"(d7) : "a"(7), "c"(0));
+    f.amx_tile = (d7 >> 24) & 1;
+#endif
 #endif
     return f;
   }();
@@ -31,6 +41,17 @@ bool use_avx2() {
     return cpu_features().has_avx2_fma_f16c();
   }();
   return use;
+}
+
+std::string kernel_path_description() {
+  const CpuFeatures& f = cpu_features();
+  std::string s = use_avx2() ? "avx2" : "scalar";
+  std::string extra;
+  for (auto [has, name] : {std::pair{f.avx512f, "avx512f"}, {f.avx512bw, "avx512bw"}, {f.avx512_vnni, "avx512_vnni"},
+                           {f.avx512_bf16, "avx512_bf16"}, {f.amx_tile, "amx_tile"}})
+    if (has) extra += std::string(extra.empty() ? "" : " ") + name;
+  if (!extra.empty()) s += " (cpu also has " + extra + ", not used yet)";
+  return s;
 }
 
 }  // namespace weft

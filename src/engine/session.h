@@ -29,6 +29,9 @@ class Session {
 
   const Model& model() const { return model_; }
   int64_t position() const { return state_.position(); }
+  // Prefill tokens per forward call: SessionOptions::batch rounded up to a multiple of
+  // kPrefillChunk. Callers that slice a prompt themselves slice by this to keep results identical.
+  int64_t batch() const { return options_.batch; }
   ModelState& state() { return state_; }
   ThreadPool& pool() { return backend_.pool(); }
   Backend& backend() { return backend_; }

@@ -119,6 +119,7 @@ Result<BenchResult> run_bench(const Model& model, const std::string& model_name,
   std::unique_ptr<Session> prefill_session = make_session(DType::kF16);
   Session* prefill = prefill_session.get();
   r.threads = prefill->pool().size();
+  r.backend = prefill->backend().name();
 
   // Bandwidth in this process, with the same thread count as the decode.
   if (opt.progress)

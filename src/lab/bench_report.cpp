@@ -56,6 +56,7 @@ nlohmann::json bench_json(const BenchResult& r) {
                     {"trials", b.trials}, {"threads", b.threads}};
   j["model"] = r.model;
   j["threads"] = r.threads;
+  j["backend"] = r.backend;
   j["repeats"] = r.options.repeats;
   j["gen"] = r.options.gen;
   j["baseline"] = "f16";
@@ -145,10 +146,10 @@ std::string bench_markdown(const BenchResult& r) {
   char buf[768];
   const Footprint& fp = r.footprint;
   std::snprintf(buf, sizeof buf,
-                "model: %s; %d threads; %d repeats x %d decoded tokens per arm\n"
+                "model: %s; %d threads (%s); %d repeats x %d decoded tokens per arm\n"
                 "byte model per decoded token: weights %s + KV(d) + GDN state %s (read+write); "
                 "KV f16 %llu B/token\n",
-                r.model.c_str(), r.threads, r.options.repeats, r.options.gen, mib(double(fp.active_weight_bytes)).c_str(),
+                r.model.c_str(), r.threads, r.backend.c_str(), r.options.repeats, r.options.gen, mib(double(fp.active_weight_bytes)).c_str(),
                 mib(2.0 * double(fp.gdn_state_bytes)).c_str(), (unsigned long long)r.kv_bytes_per_token_f16);
   s += buf;
   s += bandwidth_line(r.bandwidth);
