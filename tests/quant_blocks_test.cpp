@@ -54,7 +54,15 @@ TEST(QuantTypes, IdsAndSizesMatchGgml) {
     EXPECT_EQ(ggml_type_traits(uint32_t(t))->type, t);
   }
   EXPECT_EQ(*ggml_type_to_dtype(GgmlType::kQ4_0), DType::kQ4_0);
-  EXPECT_FALSE(ggml_type_to_dtype(GgmlType::kQ6_K).has_value());
+  EXPECT_EQ(*ggml_type_to_dtype(GgmlType::kQ6_K), DType::kQ6_K);
+  EXPECT_FALSE(ggml_type_to_dtype(GgmlType::kQ8_K).has_value());  // activations only
+  for (GgmlType t : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    const DType d = *ggml_type_to_dtype(t);
+    EXPECT_EQ(*ggml_type_from_dtype(d), t);
+    EXPECT_EQ(int64_t(dtype_block(d)), ggml_block_size(t));
+    EXPECT_EQ(dtype_size(d), ggml_block_bytes(t));
+    EXPECT_EQ(dtype_bytes(d, 512), ggml_row_bytes(t, 512));
+  }
   EXPECT_EQ(*ggml_type_from_dtype(DType::kBF16), GgmlType::kBF16);
 }
 

@@ -18,6 +18,8 @@
 #include "kernels/cpu/hadamard.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/quant_blocks.h"
+#include "kernels/cpu/quant_matmul.h"
 #include "kernels/cpu/vec_convert.h"
 #include "model/forward.h"
 
@@ -63,10 +65,12 @@ void CpuBackend::for_rows(int64_t rows, int64_t cost_per_row, const Fn& fn) {
 // ---- Rows ----
 
 void CpuBackend::embed(const Matrix& table, const int32_t* ids, int64_t n, float* x) {
-  const size_t row_bytes = size_t(table.cols) * dtype_size(table.dtype);
-  for (int64_t t = 0; t < n; ++t)
-    convert_row_to_f32(table.dtype, static_cast<const uint8_t*>(table.data) + size_t(ids[t]) * row_bytes,
-                       x + t * table.cols, table.cols);
+  if (dtype_is_block_quant(table.dtype)) {
+    const GgmlType gt = *ggml_type_from_dtype(table.dtype);
+    for (int64_t t = 0; t < n; ++t) dequantize_row(gt, table.row(ids[t]), x + t * table.cols, table.cols);
+    return;
+  }
+  for (int64_t t = 0; t < n; ++t) convert_row_to_f32(table.dtype, table.row(ids[t]), x + t * table.cols, table.cols);
 }
 
 void CpuBackend::gather_rows(const float* src, const int32_t* rows, int64_t n, int64_t width, float* dst) {
@@ -98,8 +102,20 @@ void CpuBackend::add_sigmoid_scaled(float* y, const float* x, const float* s, in
 
 // ---- Matrix products ----
 
+namespace {
+// One weight matrix times T rows of activations: the block types go to the integer-dot kernels
+// (quant_matmul.h), f32 / f16 / bf16 to matmul.h unchanged.
+void matmul_any(const Matrix& w, const float* x, int64_t ldx, int64_t T, float* y, int64_t ldy, ThreadPool* pool) {
+  if (dtype_is_block_quant(w.dtype)) {
+    quant_matmul(*ggml_type_from_dtype(w.dtype), w.data, w.rows, w.cols, x, ldx, T, y, ldy, pool);
+  } else {
+    weft::matmul(w.dtype, w.data, w.rows, w.cols, x, ldx, T, y, ldy, pool);
+  }
+}
+}  // namespace
+
 void CpuBackend::matmul(const Matrix& w, const float* x, int64_t T, float* y) {
-  weft::matmul(w.dtype, w.data, w.rows, w.cols, x, w.cols, T, y, w.rows, &pool_);
+  matmul_any(w, x, w.cols, T, y, w.rows, &pool_);
 }
 
 void CpuBackend::grouped_matmul(const MoeRouting& r, const GroupedMatmul* jobs, int64_t n_jobs) {
@@ -119,7 +135,7 @@ void CpuBackend::grouped_matmul(const MoeRouting& r, const GroupedMatmul* jobs, 
     for (int64_t e = 0; e < r.n_experts; ++e) {
       if (r.expert_begin[e + 1] == r.expert_begin[e]) continue;
       const Matrix& w = jobs[j].w[e];
-      const int64_t row_bytes = w.cols * int64_t(dtype_size(w.dtype));
+      const int64_t row_bytes = int64_t(w.row_bytes());
       const int64_t block = std::max<int64_t>(kMatmulRowsPerTask, ((65536 / std::max<int64_t>(1, row_bytes)) + 7) & ~7);
       for (int64_t n0 = 0; n0 < w.rows; n0 += block)
         tasks.push_back({&jobs[j], int32_t(e), n0, std::min(w.rows, n0 + block)});
@@ -130,8 +146,8 @@ void CpuBackend::grouped_matmul(const MoeRouting& r, const GroupedMatmul* jobs, 
     const Task& t = list[i];
     const Matrix w = t.job->w[t.expert].row_slice(t.n0, t.n1 - t.n0);
     const int64_t begin = r.expert_begin[t.expert], n = r.expert_begin[t.expert + 1] - begin;
-    weft::matmul(w.dtype, w.data, w.rows, w.cols, t.job->x + begin * t.job->ldx, t.job->ldx, n,
-                 t.job->y + begin * t.job->ldy + t.n0, t.job->ldy, nullptr);
+    matmul_any(w, t.job->x + begin * t.job->ldx, t.job->ldx, n, t.job->y + begin * t.job->ldy + t.n0, t.job->ldy,
+               nullptr);
   };
   const int64_t n_tasks = int64_t(tasks.size());
   if (pool_.size() <= 1 || n_tasks <= 1) {

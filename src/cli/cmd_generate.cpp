@@ -13,6 +13,7 @@
 
 #include "cli/command.h"
 #include "cli/common.h"
+#include "io/model_files.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "io/tokenizer.h"
@@ -45,9 +46,9 @@ int run_generate(int argc, char** argv) {
   bool json = false, no_stop = false;
   SamplerOptions so;
   KvFlags kv;
-  app.add_option("-m,--model", model_dir, "model directory (HF format); default: the built-in model");
+  app.add_option("-m,--model", model_dir, "model directory (HF format) or .gguf file; default: the built-in model");
   app.add_option("--ids-file", ids_files, "prompt as token ids (whitespace/comma separated); repeatable");
-  app.add_option("-p,--prompt", prompts, "prompt text (needs tokenizer.json in the model dir); repeatable");
+  app.add_option("-p,--prompt", prompts, "prompt text (needs tokenizer.json in the model dir, or a GGUF tokenizer); repeatable");
   app.add_option("-n,--n-tokens", n, "tokens to generate per input")->check(CLI::NonNegativeNumber);
   app.add_option("--temp", so.temperature, "temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
   app.add_option("--top-k", so.top_k, "keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
@@ -69,7 +70,7 @@ int run_generate(int argc, char** argv) {
   if (!model.ok()) return fail(model.status());
   const ModelConfig& c = model.value()->config();
   std::optional<Tokenizer> tokenizer;
-  if (std::filesystem::exists(model_dir + "/tokenizer.json")) {
+  if (std::filesystem::exists(model_dir + "/tokenizer.json") || ModelFiles::is_gguf(model_dir)) {
     auto tok = Tokenizer::load_from_dir(model_dir);
     if (!tok.ok()) return fail(tok.status());
     tokenizer = std::move(tok.value());

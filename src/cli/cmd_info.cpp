@@ -63,6 +63,7 @@ int run_info(int argc, char** argv) {
     j["total_weight_bytes"] = fp.total_weight_bytes;
     j["active_weight_bytes_per_token"] = fp.active_weight_bytes;
     j["gdn_state_bytes"] = fp.gdn_state_bytes;
+    for (const auto& [type, bytes] : fp.weight_bytes_by_type) j["weight_bytes_by_type"][type] = bytes;
     j["kernels"] = "cpu: " + kernel_path_description();
     for (DType t : types) {
       if (!kv_type_supported(t, c.head_dim)) continue;
@@ -93,6 +94,10 @@ int run_info(int argc, char** argv) {
   std::printf("parameters     %.3f B total, %.3f B active per token\n", fp.total_params / 1e9, fp.active_params / 1e9);
   std::printf("weights        %s in the files (memory-mapped); %s read per decoded token\n",
               human_bytes(double(fp.total_weight_bytes)).c_str(), human_bytes(double(fp.active_weight_bytes)).c_str());
+  std::string by_type;
+  for (const auto& [type, bytes] : fp.weight_bytes_by_type)
+    by_type += (by_type.empty() ? "" : ", ") + type + " " + human_bytes(double(bytes));
+  std::printf("weight types   %s\n", by_type.c_str());
   std::printf("kernels        cpu: %s\n", kernel_path_description().c_str());
   std::printf("gdn state      %s per sequence (f32, constant in context; never quantized)\n",
               human_bytes(double(fp.gdn_state_bytes)).c_str());

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "model/gguf_convert.h"
 #include "model/synth.h"
 
 namespace weft::cli {
@@ -41,6 +42,12 @@ int run_synth(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--threads", threads, "generator threads (0 = all cores; output is identical)")
       ->check(CLI::NonNegativeNumber);
+  std::string format = "hf", weight_type = "keep";
+  app.add_option("--format", format, "hf (a model directory) or gguf (one .gguf file at --out)")
+      ->check(CLI::IsMember({"hf", "gguf"}))
+      ->capture_default_str();
+  app.add_option("--type", weight_type, "--format gguf: weight type (keep, f16, bf16, q8_0, q4_0, q6_k, q4_k_m, q5_k_m)")
+      ->capture_default_str();
   app.add_flag("--force", force, "replace a non-empty output directory");
   app.add_flag("-q,--quiet", quiet, "no progress lines on stderr");
   try {
@@ -59,6 +66,30 @@ int run_synth(int argc, char** argv) {
   if (Status st = synth_apply_overrides(&*spec, ov); !st.ok()) {
     std::fprintf(stderr, "weft synth: %s\n", st.message().c_str());
     return 2;
+  }
+
+  if (format == "gguf") {
+    // Written as a Hugging Face directory beside the output first, then converted.
+    auto scheme = parse_weight_scheme(weight_type);
+    if (!scheme.ok()) {
+      std::fprintf(stderr, "weft synth: %s\n", scheme.status().message().c_str());
+      return 2;
+    }
+    const std::string tmp = out_dir + ".hf.tmp";
+    std::error_code ec2;
+    std::filesystem::remove_all(tmp, ec2);
+    SynthWriteOptions opt;
+    opt.threads = threads;
+    Status st = synth_write(*spec, tmp, opt);
+    if (st.ok()) st = convert_hf_to_gguf(tmp, out_dir, scheme.value());
+    std::filesystem::remove_all(tmp, ec2);
+    if (!st.ok()) {
+      std::fprintf(stderr, "weft synth: %s\n", st.message().c_str());
+      return 1;
+    }
+    std::printf("wrote %s: %s (%s), %lld layers, %s weights\n", out_dir.c_str(), preset.c_str(),
+                spec->model_type.c_str(), (long long)spec->num_hidden_layers, weight_scheme_name(scheme.value()));
+    return 0;
   }
 
   // synth_write refuses this too; checking first keeps the refusal from following a progress header.

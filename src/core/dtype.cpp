@@ -18,11 +18,23 @@ size_t dtype_size(DType t) {
     case DType::kF64: return 8;
     case DType::kQ8_0: return 34;  // f16 scale + 32 int8
     case DType::kQ4_0: return 18;  // f16 scale + 16 bytes of nibbles
+    case DType::kQ4_K: return 144;
+    case DType::kQ5_K: return 176;
+    case DType::kQ6_K: return 210;
   }
   return 0;
 }
 
-int dtype_block(DType t) { return (t == DType::kQ8_0 || t == DType::kQ4_0) ? 32 : 1; }
+int dtype_block(DType t) {
+  switch (t) {
+    case DType::kQ8_0:
+    case DType::kQ4_0: return 32;
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K: return 256;
+    default: return 1;
+  }
+}
 
 const char* dtype_name(DType t) {
   switch (t) {
@@ -37,6 +49,9 @@ const char* dtype_name(DType t) {
     case DType::kF64: return "f64";
     case DType::kQ8_0: return "q8_0";
     case DType::kQ4_0: return "q4_0";
+    case DType::kQ4_K: return "q4_K";
+    case DType::kQ5_K: return "q5_K";
+    case DType::kQ6_K: return "q6_K";
   }
   return "?";
 }

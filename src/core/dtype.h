@@ -10,12 +10,15 @@
 
 namespace weft {
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kI8, kU8, kBool, kF64, kQ8_0, kQ4_0 };
+// kQ8_0 .. kQ6_K are GGML block types (docs/formats-gguf.md): a row of n values takes
+// n / dtype_block(t) * dtype_size(t) bytes, never n * an element size.
+enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kI8, kU8, kBool, kF64, kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ6_K };
 
 // Bytes per element for plain types; for block-quantized types, bytes per block (see block_size).
 size_t dtype_size(DType t);
-// Elements per block: 1 for plain types, 32 for q8_0/q4_0.
+// Elements per block: 1 for plain types, 32 for q8_0/q4_0, 256 for the k-quants.
 int dtype_block(DType t);
+inline bool dtype_is_block_quant(DType t) { return dtype_block(t) > 1; }
 const char* dtype_name(DType t);
 // Parses the safetensors spelling ("F32", "BF16", ...). Returns false when unknown.
 bool dtype_from_safetensors(std::string_view s, DType* out);

@@ -73,6 +73,9 @@ std::optional<DType> ggml_type_to_dtype(GgmlType t) {
     case GgmlType::kBF16: return DType::kBF16;
     case GgmlType::kQ8_0: return DType::kQ8_0;
     case GgmlType::kQ4_0: return DType::kQ4_0;
+    case GgmlType::kQ4_K: return DType::kQ4_K;
+    case GgmlType::kQ5_K: return DType::kQ5_K;
+    case GgmlType::kQ6_K: return DType::kQ6_K;
     default: return std::nullopt;
   }
 }
@@ -84,6 +87,9 @@ std::optional<GgmlType> ggml_type_from_dtype(DType t) {
     case DType::kBF16: return GgmlType::kBF16;
     case DType::kQ8_0: return GgmlType::kQ8_0;
     case DType::kQ4_0: return GgmlType::kQ4_0;
+    case DType::kQ4_K: return GgmlType::kQ4_K;
+    case DType::kQ5_K: return GgmlType::kQ5_K;
+    case DType::kQ6_K: return GgmlType::kQ6_K;
     default: return std::nullopt;
   }
 }

@@ -61,8 +61,8 @@ size_t ggml_row_bytes(GgmlType t, int64_t cols);
 // blocks, or the byte count overflows.
 std::optional<size_t> ggml_row_bytes_checked(GgmlType t, int64_t cols);
 
-// The DType that names the same storage, for the types both enums share (f32, f16, bf16, q8_0,
-// q4_0); nullopt for the k-quants, which DType does not (yet) describe.
+// The DType that names the same storage, for the weight types both enums share (f32, f16, bf16,
+// q8_0, q4_0, q4_K, q5_K, q6_K); nullopt for q8_K (activations only) and the integer DTypes.
 std::optional<DType> ggml_type_to_dtype(GgmlType t);
 std::optional<GgmlType> ggml_type_from_dtype(DType t);
 

@@ -73,9 +73,9 @@ const Row kRows[] = {
     {true, "self_attn.q_norm.weight", "attn_q_norm.weight", nullptr, kHybrid, kGgufNormPlusOne},
     {true, "self_attn.k_norm.weight", "attn_k_norm.weight", nullptr, kHybrid, kGgufNormPlusOne},
     // Dense MLP.
-    {true, "mlp.gate_proj.weight", "ffn_gate.weight", nullptr, kDense, 0},
-    {true, "mlp.up_proj.weight", "ffn_up.weight", nullptr, kDense, 0},
-    {true, "mlp.down_proj.weight", "ffn_down.weight", nullptr, kDense, 0},
+    {true, "mlp.gate_proj.weight", "ffn_gate.weight", nullptr, kAll, 0},  // MoE archs: mlp_only_layers
+    {true, "mlp.up_proj.weight", "ffn_up.weight", nullptr, kAll, 0},
+    {true, "mlp.down_proj.weight", "ffn_down.weight", nullptr, kAll, 0},
     // MoE: router, stacked experts, shared expert.
     {true, "mlp.gate.weight", "ffn_gate_inp.weight", nullptr, kMoe, 0},
     {true, "mlp.experts.gate_up_proj", "ffn_gate_exps.weight", "ffn_up_exps.weight", kMoe, kGgufSplitGateUp},

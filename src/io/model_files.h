@@ -2,6 +2,11 @@
 // generation_config.json) and the safetensors weights, single-file or sharded through
 // model.safetensors.index.json. Tensors are views into memory-mapped shards, valid while the
 // ModelFiles lives.
+//
+// A GGUF file (llama.cpp's format) opens into the same shape (open_gguf, gguf_model_files.cpp):
+// a config.json synthesized from the GGUF hyper-parameters and the tensors under their Hugging
+// Face names and layouts, with llama.cpp's converter reorders undone (gguf_names.h), so weight
+// binding is one code path for both formats. The one difference left is norms_plus_one_folded().
 #pragma once
 
 #include <memory>
@@ -12,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
+#include "io/gguf.h"
 #include "io/safetensors.h"
 
 namespace weft {
@@ -21,6 +27,10 @@ class ModelFiles {
   // Fails with a clear message for a missing directory, missing/invalid config.json, missing
   // shards, a weight_map naming a tensor its shard does not hold, or a tensor in two shards.
   static Result<std::unique_ptr<ModelFiles>> open(const std::string& dir);
+  // Opens a .gguf file; errors name the file and the tensor or key that is wrong.
+  static Result<std::unique_ptr<ModelFiles>> open_gguf(const std::string& path);
+  // True for a path that names a regular file starting with the GGUF magic.
+  static bool is_gguf(const std::string& path);
 
   const std::string& dir() const { return dir_; }
   const nlohmann::json& config() const { return config_; }
@@ -28,6 +38,10 @@ class ModelFiles {
   const TensorView* find(const std::string& name) const;
   const std::unordered_map<std::string, TensorView>& tensors() const { return tensors_; }
   uint64_t total_bytes() const;
+  // GGUF files of the hybrids store every RMSNorm weight except the GDN output norm as 1 + w
+  // (computed in f32), so the model uses plain x̂·w' on them: the same product x̂·(1 + w) does.
+  bool norms_plus_one_folded() const { return norms_plus_one_folded_; }
+  const GgufFile* gguf() const { return gguf_.get(); }
 
  private:
   std::string dir_;
@@ -35,6 +49,9 @@ class ModelFiles {
   nlohmann::json generation_config_;
   std::vector<SafetensorsFile> shards_;
   std::unordered_map<std::string, TensorView> tensors_;
+  std::unique_ptr<GgufFile> gguf_;
+  std::vector<std::vector<uint8_t>> owned_;  // tensors reordered out of the GGUF layout
+  bool norms_plus_one_folded_ = false;
 };
 
 }  // namespace weft

@@ -2,6 +2,9 @@
 // BPE merging, decoding and streaming detokenization.
 #include "io/tokenizer.h"
 
+#include "io/gguf.h"
+#include "io/model_files.h"
+
 #include <algorithm>
 #include <fstream>
 #include <queue>
@@ -450,7 +453,73 @@ Result<Tokenizer> Tokenizer::from_json(const std::string& tokenizer_json) {
 }
 
 Result<Tokenizer> Tokenizer::load_from_dir(const std::string& model_dir) {
+  if (ModelFiles::is_gguf(model_dir)) {
+    auto f = GgufFile::open(model_dir);
+    if (!f.ok()) return f.status();
+    return from_gguf(f.value());
+  }
   return load(model_dir + "/tokenizer.json");
+}
+
+Result<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {
+  auto model = f.get_string("tokenizer.ggml.model");
+  if (!model.ok()) return Status::error("GGUF file has no tokenizer (tokenizer.ggml.model)");
+  if (model.value() != "gpt2")
+    return Status::error("GGUF tokenizer model '" + model.value() + "' is not supported (weft reads byte-level BPE, \"gpt2\")");
+  auto tokens = f.get_string_array("tokenizer.ggml.tokens");
+  if (!tokens.ok()) return tokens.status();
+  auto merges = f.get_string_array("tokenizer.ggml.merges");
+  if (!merges.ok()) return merges.status();
+  const GgufValue* types = f.find("tokenizer.ggml.token_type");
+  auto type_of = [&](size_t i) -> int64_t {
+    if (!types || types->type != GgufType::kArray || i >= types->items.size()) return 1;
+    const GgufValue& v = types->items[i];
+    return v.is_signed() ? v.i : int64_t(v.u);
+  };
+  std::string pre = "gpt-2";
+  if (auto p = f.get_string("tokenizer.ggml.pre"); p.ok()) pre = p.value();
+  std::string_view pattern = kGpt2Pattern;
+  if (pre == "qwen2" || pre == "qwen35") pattern = kQwen2Pattern;
+  else if (pre == "llama-bpe" || pre == "llama3") pattern = kLlama3Pattern;
+  else if (pre != "gpt-2" && pre != "default")
+    return Status::error("GGUF tokenizer pre-tokenizer '" + pre + "' is not supported (gpt-2, llama-bpe, qwen2)");
+  json vocab = json::object(), added = json::array();
+  for (size_t i = 0; i < tokens->size(); ++i) {
+    const int64_t t = type_of(i);
+    if (t == 5) continue;  // unused
+    if (t == 3 || t == 4) added.push_back({{"id", i}, {"content", (*tokens)[i]}, {"special", t == 3}});
+    else vocab[(*tokens)[i]] = i;
+  }
+  json root = {
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", *merges}}},
+      {"added_tokens", added},
+      {"pre_tokenizer", {{"type", "Sequence"},
+                         {"pretokenizers", json::array({
+                              {{"type", "Split"}, {"pattern", {{"Regex", std::string(pattern)}}}, {"behavior", "Isolated"}, {"invert", false}},
+                              {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}})}}},
+      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}},
+  };
+  Tokenizer tok;
+  Status s;
+  try {
+    s = tok.parse(root.dump());
+  } catch (const std::exception& e) {
+    s = Status::error(std::string("malformed tokenizer data: ") + e.what());
+  }
+  if (!s.ok()) return s.with_context("GGUF tokenizer");
+  auto id = [&](const char* key) -> std::optional<int32_t> {
+    auto v = f.get_uint(key);
+    if (!v.ok() || v.value() >= tokens->size()) return std::nullopt;
+    return int32_t(v.value());
+  };
+  tok.bos_id_ = id("tokenizer.ggml.bos_token_id");
+  tok.eos_ids_.clear();
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"})
+    if (auto e = id(key); e && std::find(tok.eos_ids_.begin(), tok.eos_ids_.end(), *e) == tok.eos_ids_.end())
+      tok.eos_ids_.push_back(*e);
+  const GgufValue* add_bos = f.find("tokenizer.ggml.add_bos_token");
+  tok.add_bos_ = add_bos && add_bos->type == GgufType::kBool ? add_bos->u != 0 : false;
+  return tok;
 }
 
 Status Tokenizer::parse(const std::string& json_text) {

@@ -14,6 +14,8 @@
 
 namespace weft {
 
+class GgufFile;
+
 // The pre-tokenizer split patterns weft implements by hand (no regex engine). Any other pattern
 // string in tokenizer.json is rejected at load time rather than approximated.
 enum class SplitPattern {
@@ -31,10 +33,15 @@ class Tokenizer {
   // Reads tokenizer.json and, when present beside it, tokenizer_config.json (BOS/EOS) and
   // generation_config.json (extra EOS ids).
   static Result<Tokenizer> load(const std::string& tokenizer_json_path);
-  static Result<Tokenizer> load_from_dir(const std::string& model_dir);  // <dir>/tokenizer.json
+  // <dir>/tokenizer.json, or the tokenizer.ggml.* metadata when model_dir is a .gguf file.
+  static Result<Tokenizer> load_from_dir(const std::string& model_dir);
   // Parses tokenizer.json text held in memory (fuzzing, tests); no sibling configs are read, so
   // BOS/EOS come only from the post-processor.
   static Result<Tokenizer> from_json(const std::string& tokenizer_json);
+  // A "gpt2" (byte-level BPE) tokenizer from GGUF metadata: tokenizer.ggml.tokens / token_type
+  // (control and user-defined tokens become added tokens; unused ones are holes) / merges, the
+  // split pattern named by tokenizer.ggml.pre, bos / eos / eot ids and add_bos_token.
+  static Result<Tokenizer> from_gguf(const GgufFile& file);
 
   // Tokenizes text; added/special tokens written literally in the text are recognised. No BOS is
   // added (see add_bos()). Any byte string is accepted: invalid UTF-8 bytes become byte tokens.

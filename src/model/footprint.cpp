@@ -9,11 +9,17 @@ namespace {
 struct Counter {
   int64_t params = 0;
   uint64_t bytes = 0;
+  std::map<std::string, uint64_t> by_type;
   void add(const Matrix& m, double fraction = 1.0) {
     params += int64_t(double(m.rows * m.cols) * fraction);
     bytes += uint64_t(double(m.bytes()) * fraction);
+    by_type[dtype_name(m.dtype)] += uint64_t(double(m.bytes()) * fraction);
   }
-  void add_vec(const std::vector<float>& v) { params += int64_t(v.size()); bytes += v.size() * 4; }
+  void add_vec(const std::vector<float>& v) {
+    params += int64_t(v.size());
+    bytes += v.size() * 4;
+    by_type["f32"] += v.size() * 4;
+  }
   void add_mlp(const ExpertWeights& e, double fraction = 1.0) {
     add(e.gate_proj, fraction);
     add(e.up_proj, fraction);
@@ -35,7 +41,7 @@ Footprint compute_footprint(const Model& model) {
   int64_t moe_layers = 0;
   total.add(w.embed_tokens);
   active.params += c.hidden_size;  // one embedding row is read per token
-  active.bytes += uint64_t(c.hidden_size) * dtype_size(w.embed_tokens.dtype);
+  active.bytes += w.embed_tokens.row_bytes();
   if (w.lm_head.data != w.embed_tokens.data) total.add(w.lm_head);
   active.add(w.lm_head);
   for (const LayerWeights& L : w.layers) {
@@ -82,6 +88,7 @@ Footprint compute_footprint(const Model& model) {
   fp.active_params = active.params;
   fp.total_weight_bytes = total.bytes;
   fp.active_weight_bytes = active.bytes;
+  fp.weight_bytes_by_type = total.by_type;
   fp.gdn_state_bytes = uint64_t(c.num_linear_attention_layers()) *
                        uint64_t((c.linear_conv_kernel_dim - 1) * c.gdn_conv_dim() +
                                 c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim) * 4;

@@ -5,6 +5,9 @@
 
 #include <cstdint>
 
+#include <map>
+#include <string>
+
 #include "model/model.h"
 #include "model/state.h"
 
@@ -27,6 +30,8 @@ struct Footprint {
   int64_t experts = 0;             // routed experts per MoE layer
   int64_t full_attention_layers = 0;
   int64_t linear_attention_layers = 0;
+  // Total weight bytes per stored type ("bf16", "q4_K", ...; small f32 vectors under "f32").
+  std::map<std::string, uint64_t> weight_bytes_by_type;
 };
 
 Footprint compute_footprint(const Model& model);

@@ -13,6 +13,10 @@ namespace weft {
 
 namespace {
 
+bool is_weight_type(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || dtype_is_block_quant(t);
+}
+
 class Binder {
  public:
   Binder(const ModelFiles& files, const ModelConfig& config, std::vector<std::unique_ptr<uint8_t[]>>* copies)
@@ -23,11 +27,15 @@ class Binder {
   Status matrix(const std::string& name, int64_t rows, int64_t cols, Matrix* out) const {
     const TensorView* t = files_.find(name);
     if (!t) return Status::error("missing tensor '" + name + "'");
-    if (t->dtype != DType::kF32 && t->dtype != DType::kF16 && t->dtype != DType::kBF16)
-      return Status::error("tensor '" + name + "' has dtype " + dtype_name(t->dtype) + "; weights must be f32, f16 or bf16");
+    if (!is_weight_type(t->dtype))
+      return Status::error("tensor '" + name + "' has dtype " + dtype_name(t->dtype) +
+                           "; weights must be f32, f16, bf16, q8_0, q4_0, q4_K, q5_K or q6_K");
     if (t->rank() != 2 || t->dim(0) != rows || t->dim(1) != cols)
       return Status::error("tensor '" + name + "' has shape " + shape_string(t->shape) + ", config implies " +
                            shape_string({rows, cols}));
+    if (cols % dtype_block(t->dtype) != 0)
+      return Status::error("tensor '" + name + "' rows of " + std::to_string(cols) + " values are not whole " +
+                           dtype_name(t->dtype) + " blocks");
     *out = {t->dtype, aligned_data(*t), rows, cols};
     return Status();
   }
@@ -36,7 +44,7 @@ class Binder {
   Status stacked(const std::string& name, int64_t n, int64_t rows, int64_t cols, Matrix* out) const {
     const TensorView* t = files_.find(name);
     if (!t) return Status::error("missing tensor '" + name + "'");
-    if (t->dtype != DType::kF32 && t->dtype != DType::kF16 && t->dtype != DType::kBF16)
+    if (!is_weight_type(t->dtype) || cols % dtype_block(t->dtype) != 0)
       return Status::error("tensor '" + name + "' has unsupported dtype " + dtype_name(t->dtype));
     if (t->rank() != 3 || t->dim(0) != n || t->dim(1) != rows || t->dim(2) != cols)
       return Status::error("tensor '" + name + "' has shape " + shape_string(t->shape) + ", config implies " +
@@ -146,7 +154,9 @@ class Binder {
   // t's bytes, or an aligned copy of them when the mapping puts them at an address that is not
   // a multiple of the element size (see Model::load in model.h).
   const void* aligned_data(const TensorView& t) const {
-    if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) == 0) return t.data;
+    // Block types are read as 2-byte fields (f16 scales) and bytes: 2-byte alignment suffices.
+    const size_t align = dtype_is_block_quant(t.dtype) ? 2 : dtype_size(t.dtype);
+    if (reinterpret_cast<uintptr_t>(t.data) % align == 0) return t.data;
     copies_->emplace_back(new uint8_t[t.nbytes]);  // operator new[] aligns for every scalar type
     std::memcpy(copies_->back().get(), t.data, t.nbytes);
     return copies_->back().get();
@@ -160,10 +170,11 @@ class Binder {
 }  // namespace
 
 Result<std::unique_ptr<Model>> Model::load(const std::string& dir) {
-  auto files = ModelFiles::open(dir);
+  auto files = ModelFiles::is_gguf(dir) ? ModelFiles::open_gguf(dir) : ModelFiles::open(dir);
   if (!files.ok()) return files.status();
   auto config = parse_model_config(files.value()->config(), files.value()->generation_config());
   if (!config.ok()) return config.status().with_context(dir);
+  if (files.value()->norms_plus_one_folded()) config.value().norm_plus_one = false;  // stored as 1 + w
   auto model = std::unique_ptr<Model>(new Model());
   model->files_ = std::move(files.value());
   model->config_ = std::move(config.value());

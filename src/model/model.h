@@ -16,8 +16,8 @@ namespace weft {
 
 class Model {
  public:
-  // Opens an HF directory, parses its config and binds every weight, checking each tensor's
-  // shape and dtype against the config. Errors name the tensor and both shapes.
+  // Opens an HF directory or a .gguf file, parses its config and binds every weight, checking
+  // each tensor's shape and dtype against the config. Errors name the tensor and both shapes.
   //
   // Alignment: safetensors allows a data region at any offset (a header may be padded to any
   // length), so a mapped tensor can start at an odd address. Kernels read weights as typed

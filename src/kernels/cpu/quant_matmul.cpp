@@ -24,9 +24,11 @@ void quantize_activations_q8_0(const float* x, int64_t K, BlockQ8_0* y) {
   for (int64_t b = 0; b < K / kQK32; ++b, x += kQK32) {
     float amax = 0;
     for (int i = 0; i < kQK32; ++i) amax = std::fmax(amax, std::fabs(x[i]));
-    y[b].d = f32_to_f16(amax / 127.0f);
-    const float d = f16_to_f32(y[b].d);
+    // As ggml's quantize_row_q8_0: codes against the f32 scale, the scale stored as f16, so
+    // weft and llama.cpp round the same activations to the same codes.
+    const float d = amax / 127.0f;
     const float id = d > 0 ? 1.0f / d : 0.0f;
+    y[b].d = f32_to_f16(d);
     for (int i = 0; i < kQK32; ++i) {
       const float v = x[i] * id;
       y[b].qs[i] = int8_t(!(v >= -127.0f) ? -127 : v >= 127.0f ? 127 : int(std::lround(v)));
