@@ -12,6 +12,9 @@
 
 // The scalar twin rounds the product and the sum separately; keep them separate here too.
 #pragma GCC optimize("fp-contract=off")
+#ifdef __clang__
+#pragma clang fp contract(off)  // clang ignores the GCC pragma above and contracts by default
+#endif
 
 namespace weft {
 

@@ -13,6 +13,9 @@
 // The AVX2 twin uses explicit fma only; a multiply followed by an add must stay two roundings in
 // both files, so no contraction here either (it matters only if this file is built with FMA).
 #pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic")
+#ifdef __clang__
+#pragma clang fp contract(off)  // clang ignores the GCC pragma above and contracts by default
+#endif
 
 #include "kernels/cpu/gdn_chunked_driver.h"
 

@@ -12,6 +12,9 @@
 
 // No implicit contraction of a multiply and an add into one fma: the scalar twin rounds twice.
 #pragma GCC optimize("fp-contract=off", "vect-cost-model=dynamic")
+#ifdef __clang__
+#pragma clang fp contract(off)  // clang ignores the GCC pragma above and contracts by default
+#endif
 
 #include "kernels/cpu/gdn_chunked_driver.h"
 
