@@ -129,6 +129,7 @@ void Scheduler::shutdown(bool drain) {
     stopping_ = true;
   }
   cv_.notify_all();
+  std::lock_guard<std::mutex> lock(join_mu_);
   if (thread_.joinable() && std::this_thread::get_id() != thread_.get_id()) thread_.join();
 }
 

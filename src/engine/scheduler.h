@@ -142,6 +142,7 @@ class Scheduler {
   SchedulerStats stats_;
   uint64_t clock_ = 0;  // LRU ticks
   std::thread thread_;
+  std::mutex join_mu_;  // shutdown() may be called from two threads (drain, then cancel)
 };
 
 // log-softmax of the chosen token and the k most likely (ids ascending on ties).
