@@ -212,6 +212,7 @@ void Scheduler::admit_locked() {
     s.sampler.emplace(s.job->req.sampling);
     if (tokenizer_) s.decoder.emplace(*tokenizer_);
     s.admitted = ++clock_;
+    ++stats_.active;
     stats_.prompt_tokens += int64_t(s.job->req.prompt.size());
     stats_.cached_tokens += best_reuse;
   }
@@ -233,6 +234,7 @@ void Scheduler::finish(Slot& slot, const std::string& reason, const std::string&
   slot.job.reset();
   slot.logprobs.clear();
   slot.last_used = ++clock_;
+  --stats_.active;  // now, not at the end of the step: a client may read /metrics the moment it is done
 }
 
 namespace {
