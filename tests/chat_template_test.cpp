@@ -116,7 +116,7 @@ TEST(JinjaErrors, ClearMessagesWithPositions) {
   EXPECT_NE(render("{% frobnicate %}").find("unknown or unsupported statement 'frobnicate'"), std::string::npos);
   EXPECT_NE(render("{{ 'abc }}").find("unterminated string"), std::string::npos);
   EXPECT_NE(render("{% break %}").find("outside of a for loop"), std::string::npos);
-  EXPECT_EQ(render("x\n  {{ raise_exception('no way') }}"), "RENDER ERROR: template error at 2:7: raise_exception: no way");
+  EXPECT_EQ(render("x\n  {{ raise_exception('no way') }}"), "RENDER ERROR: template error at 2:6: raise_exception: no way");
   EXPECT_NE(render("{{ x.y }}").find("'x' is undefined"), std::string::npos);
   EXPECT_NE(render("{{ 1 + 'a' }}").find("unsupported operand"), std::string::npos);
   EXPECT_NE(render("{{ [].append(1) }}").find("unsafe"), std::string::npos);

@@ -22,6 +22,12 @@ static Value missing_attribute(const Value& obj, const std::string& name) {
   return Value::undefined("'" + std::string(obj.type_name()) + " object' has no attribute '" + name + "'");
 }
 
+// jinja2's hint for obj[key] that found nothing: a string key reads as a missing attribute.
+static Value missing_item(const Value& obj, const Value& key) {
+  if (key.is_string()) return missing_attribute(obj, key.str());
+  return Value::undefined(std::string(obj.type_name()) + " object has no element " + key.repr());
+}
+
 static const Value& arg(const CallArgs& a, size_t i, const char* name, const char* method) {
   const Value* v = a.get(i, name);
   if (!v) throw Error(std::string(method) + "() missing argument '" + (name ? name : "?") + "'");
@@ -267,22 +273,22 @@ Value get_item(const RenderContext& ctx, const Value& obj, const Value& key) {
           if (m.kind == Value::Kind::kFunction) return m;
         }
       }
-      return Value::undefined("'" + std::string(obj.type_name()) + " object' has no attribute " + key.repr());
+      return missing_item(obj, key);
     case Value::Kind::kList: {
       size_t k;
       if (index_of(key, obj.list->size(), &k)) return (*obj.list)[k];
       if (key.is_string()) return get_attribute(ctx, obj, key.str());
-      return Value::undefined("'" + std::string(obj.type_name()) + " object' has no attribute " + key.repr());
+      return missing_item(obj, key);
     }
     case Value::Kind::kString: {
       if (key.is_string()) return get_attribute(ctx, obj, key.str());
       const std::vector<uint32_t> cps = utf8_decode(obj.str());
       size_t k;
       if (index_of(key, cps.size(), &k)) return Value::string(utf8_encode(cps, k, k + 1));
-      return Value::undefined("'str object' has no attribute " + key.repr());
+      return missing_item(obj, key);
     }
     default:
-      return Value::undefined("'" + std::string(obj.type_name()) + " object' has no attribute " + key.repr());
+      return missing_item(obj, key);
   }
 }
 

@@ -147,14 +147,52 @@ int64_t py_count(const std::string& s, const std::string& sub) {
   return n;
 }
 
-std::string ascii_upper(std::string s) {
-  for (char& c : s) if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 32);
-  return s;
+// Simple case pairs of Latin-1, Latin Extended-A, Greek and Cyrillic; other scripts unchanged.
+static uint32_t cp_upper(uint32_t c) {
+  if (c >= 'a' && c <= 'z') return c - 32;
+  if (c < 0x80) return c;
+  if ((c >= 0xE0 && c <= 0xFE && c != 0xF7)) return c - 0x20;
+  if (c == 0xFF) return 0x178;
+  if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17F) {
+    const bool odd_pairs = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);
+    if (odd_pairs ? (c % 2 == 0) : (c % 2 == 1)) return c - 1;
+    return c;
+  }
+  if (c >= 0x3B1 && c <= 0x3C9 && c != 0x3C2) return c - 0x20;
+  if (c >= 0x430 && c <= 0x44F) return c - 0x20;
+  if (c >= 0x450 && c <= 0x45F) return c - 0x50;
+  return c;
 }
-std::string ascii_lower(std::string s) {
-  for (char& c : s) if (c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
-  return s;
+static uint32_t cp_lower(uint32_t c) {
+  if (c >= 'A' && c <= 'Z') return c + 32;
+  if (c < 0x80) return c;
+  if ((c >= 0xC0 && c <= 0xDE && c != 0xD7)) return c + 0x20;
+  if (c == 0x178) return 0xFF;
+  if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17F) {
+    const bool odd_pairs = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);
+    if (odd_pairs ? (c % 2 == 1) : (c % 2 == 0)) return c + 1;
+    return c;
+  }
+  if (c >= 0x391 && c <= 0x3A9 && c != 0x3A2) return c + 0x20;
+  if (c >= 0x410 && c <= 0x42F) return c + 0x20;
+  if (c >= 0x400 && c <= 0x40F) return c + 0x50;
+  return c;
 }
+static std::string map_case(const std::string& s, uint32_t (*fn)(uint32_t)) {
+  bool ascii = true;
+  for (char c : s) ascii = ascii && !(c & 0x80);
+  if (ascii) {
+    std::string out = s;
+    for (char& c : out) c = static_cast<char>(fn(static_cast<unsigned char>(c)));
+    return out;
+  }
+  std::vector<uint32_t> cps = utf8_decode(s);
+  for (uint32_t& c : cps) c = fn(c);
+  return utf8_encode(cps, 0, cps.size());
+}
+
+std::string ascii_upper(std::string s) { return map_case(s, cp_upper); }
+std::string ascii_lower(std::string s) { return map_case(s, cp_lower); }
 
 static bool is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c & 0x80); }
 
