@@ -176,3 +176,19 @@ TEST(ChatTemplateSources, ModelDirGgufAndErrors) {
 
 }  // namespace
 }  // namespace weft
+
+namespace weft {
+namespace {
+
+TEST(JinjaLimits, NoCyclesNoUnboundedNesting) {
+  EXPECT_NE(render("{% set ns = namespace(x=0) %}{% set ns.x = [ns] %}{{ ns }}").find("cannot hold another namespace"), std::string::npos);
+  EXPECT_NE(render("{% set ns = namespace(x=[]) %}{% for i in range(2000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x | length }}")
+                .find("nested too deeply"), std::string::npos);
+  ojson deep = ojson::array();
+  for (int k = 0; k < 1000; ++k) deep = ojson::array({deep});
+  EXPECT_NE(render("{{ x }}", {{"x", deep}}).find("nested too deeply"), std::string::npos);
+  EXPECT_NE(render("{{ ([1] * 100000000) | length }}").find("output limit"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace weft

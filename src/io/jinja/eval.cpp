@@ -139,6 +139,8 @@ class Interpreter {
     if (!s.attr.empty()) {
       Value target = lookup(s.targets[0]);
       if (target.kind != Value::Kind::kNamespace) throw Error("cannot assign attribute on non-namespace object");
+      if (holds_namespace(v)) throw Error("a namespace cannot hold another namespace");
+      if (v.depth + 1 > Value::kMaxValueDepth) throw Error("value nested too deeply");
       target.dict->set(s.attr, std::move(v));
       return;
     }
@@ -368,7 +370,7 @@ class Interpreter {
         return Value::string(a.str() + b.str());
       }
       if (a.is_list() && b.is_list() && a.is_tuple == b.is_tuple) {
-        ctx_.check_size(a.list->size() + b.list->size());
+        ctx_.check_size((a.list->size() + b.list->size()) * 64);  // an element costs ~64 bytes
         ValueList out = *a.list;
         out.insert(out.end(), b.list->begin(), b.list->end());
         return Value::make_list(std::move(out), a.is_tuple);
@@ -379,7 +381,7 @@ class Interpreter {
       const Value& times = a.is_string() || a.is_list() ? b : a;
       if (times.kind != Value::Kind::kInt && times.kind != Value::Kind::kBool) throw type_error();
       const int64_t n = std::max<int64_t>(0, times.kind == Value::Kind::kInt ? times.i : times.b);
-      const size_t unit = seq.is_string() ? seq.str().size() : seq.list->size();
+      const size_t unit = seq.is_string() ? seq.str().size() : seq.list->size() * 64;
       if (unit && static_cast<double>(n) * static_cast<double>(unit) > static_cast<double>(ctx_.max_string_bytes)) ctx_.check_size(ctx_.max_string_bytes + 1);
       if (seq.is_string()) {
         std::string out;

@@ -38,18 +38,46 @@ Value Value::number(double x) { Value v; v.kind = Kind::kFloat; v.f = x; return 
 Value Value::string(std::string x) {
   Value v; v.kind = Kind::kString; v.s = std::make_shared<const std::string>(std::move(x)); return v;
 }
-Value Value::make_list(ValueList x, bool tuple) {
-  Value v; v.kind = Kind::kList; v.list = std::make_shared<ValueList>(std::move(x)); v.is_tuple = tuple; return v;
+static uint32_t depth_over(const ValueList& items) {
+  uint32_t d = 0;
+  for (const Value& v : items) d = std::max(d, v.depth);
+  if (d + 1 > Value::kMaxValueDepth) throw Error("value nested too deeply (limit " + std::to_string(Value::kMaxValueDepth) + ")");
+  return d + 1;
 }
-Value Value::make_dict(Dict d) { Value v; v.kind = Kind::kDict; v.dict = std::make_shared<Dict>(std::move(d)); return v; }
+static uint32_t depth_over(const Dict& dict) {
+  uint32_t d = 0;
+  for (const auto& kv : dict.items) d = std::max(d, kv.second.depth);
+  if (d + 1 > Value::kMaxValueDepth) throw Error("value nested too deeply (limit " + std::to_string(Value::kMaxValueDepth) + ")");
+  return d + 1;
+}
+Value Value::make_list(ValueList x, bool tuple) {
+  Value v; v.kind = Kind::kList; v.depth = depth_over(x); v.list = std::make_shared<ValueList>(std::move(x)); v.is_tuple = tuple; return v;
+}
+Value Value::make_dict(Dict d) {
+  Value v; v.kind = Kind::kDict; v.depth = depth_over(d); v.dict = std::make_shared<Dict>(std::move(d)); return v;
+}
 Value Value::make_namespace(Dict d) {
-  Value v; v.kind = Kind::kNamespace; v.dict = std::make_shared<Dict>(std::move(d)); return v;
+  for (const auto& kv : d.items) {
+    if (holds_namespace(kv.second)) throw Error("a namespace cannot hold another namespace");
+  }
+  Value v; v.kind = Kind::kNamespace; v.depth = depth_over(d); v.dict = std::make_shared<Dict>(std::move(d)); return v;
+}
+
+bool holds_namespace(const Value& v) {
+  if (v.kind == Value::Kind::kNamespace) return true;
+  if (v.kind == Value::Kind::kList) {
+    for (const Value& e : *v.list) if (holds_namespace(e)) return true;
+  } else if (v.kind == Value::Kind::kDict) {
+    for (const auto& kv : v.dict->items) if (holds_namespace(kv.second)) return true;
+  }
+  return false;
 }
 Value Value::function(Function fn) {
   Value v; v.kind = Kind::kFunction; v.fn = std::make_shared<const Function>(std::move(fn)); return v;
 }
 
-Value Value::from_json(const nlohmann::ordered_json& j) {
+Value Value::from_json(const nlohmann::ordered_json& j, uint32_t depth) {
+  if (depth >= kMaxValueDepth) throw Error("input nested too deeply (limit " + std::to_string(kMaxValueDepth) + ")");
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null: return none();
     case nlohmann::ordered_json::value_t::boolean: return boolean(j.get<bool>());
@@ -64,12 +92,12 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::array: {
       ValueList out;
       out.reserve(j.size());
-      for (const auto& e : j) out.push_back(from_json(e));
+      for (const auto& e : j) out.push_back(from_json(e, depth + 1));
       return make_list(std::move(out));
     }
     case nlohmann::ordered_json::value_t::object: {
       Dict d;
-      for (auto it = j.begin(); it != j.end(); ++it) d.set(it.key(), from_json(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it) d.set(it.key(), from_json(it.value(), depth + 1));
       return make_dict(std::move(d));
     }
     default: return none();  // binary / discarded: not produced by JSON text

@@ -51,6 +51,11 @@ struct Value {
   std::shared_ptr<Dict> dict;            // kDict, kNamespace (the only mutable kind)
   std::shared_ptr<const Function> fn;    // kFunction
   bool is_tuple = false;
+  // Nesting depth of a list/dict/namespace (0 for scalars). Building anything deeper than
+  // kMaxValueDepth is an error, so printing, comparing and freeing values never recurse without
+  // bound; namespaces (the only mutable values) may not hold namespaces, so no value is cyclic.
+  uint32_t depth = 0;
+  static constexpr uint32_t kMaxValueDepth = 512;
   bool is_safe = false;  // jinja2 Markup (from |safe / |escape); printing is the same here
 
   static Value undefined(std::string name = "");
@@ -63,7 +68,7 @@ struct Value {
   static Value make_dict(Dict d);
   static Value make_namespace(Dict d);
   static Value function(Function fn);
-  static Value from_json(const nlohmann::ordered_json& j);
+  static Value from_json(const nlohmann::ordered_json& j, uint32_t depth = 0);
 
   bool is_undefined() const { return kind == Kind::kUndefined; }
   bool is_none() const { return kind == Kind::kNone; }
@@ -78,6 +83,9 @@ struct Value {
   std::string repr() const;    // Python repr()
   const char* type_name() const;  // Python's type name, for error messages
 };
+
+// Whether v is or holds a namespace (namespace attributes may not: see Value::depth).
+bool holds_namespace(const Value& v);
 
 // Python ==, and a total order for sort/dictsort (numbers, then strings; errors across types).
 bool values_equal(const Value& a, const Value& b);
