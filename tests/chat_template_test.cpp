@@ -9,6 +9,9 @@
 #include <fstream>
 #include <sstream>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "io/chat_template.h"
 #include "io/jinja/template.h"
 #include "io/jinja/value.h"
@@ -188,6 +191,29 @@ TEST(JinjaLimits, NoCyclesNoUnboundedNesting) {
   for (int k = 0; k < 1000; ++k) deep = ojson::array({deep});
   EXPECT_NE(render("{{ x }}", {{"x", deep}}).find("nested too deeply"), std::string::npos);
   EXPECT_NE(render("{{ ([1] * 100000000) | length }}").find("output limit"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace weft
+
+namespace weft {
+namespace {
+
+int run_weft(const std::string& args) {
+  const std::string cmd = std::string(WEFT_BINARY) + " " + args + " >/dev/null 2>&1";
+  const int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+TEST(GenerateChat, RendersThroughTheTemplateOrFailsClearly) {
+  const std::string model = data_path("models/weft-tiny-hybrid");
+  EXPECT_EQ(run_weft("generate -m " + model + " --chat --system 'Be brief.' -p 'Hi' -n 2"), 0);
+  EXPECT_NE(run_weft("generate -m " + model + " --chat --chat-template /nonexistent.jinja -p Hi -n 1"), 0);
+  EXPECT_NE(run_weft("generate -m " + model + " --system 'no chat flag' -p Hi -n 1"), 0);
+  const auto bad = std::filesystem::temp_directory_path() / ("weft_bad_tmpl_" + std::to_string(::getpid()) + ".jinja");
+  { std::ofstream(bad) << "{% if %}"; }
+  EXPECT_NE(run_weft("generate -m " + model + " --chat --chat-template " + bad.string() + " -p Hi -n 1"), 0);
+  std::filesystem::remove(bad);
 }
 
 }  // namespace
