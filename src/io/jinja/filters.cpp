@@ -247,7 +247,10 @@ const std::map<std::string, FilterFn>& filters() {
       const Value* m = a.get(1, "method");
       const std::string method = m ? m->to_str() : "common";
       const double x = to_double(v);
-      if (method == "common") return Value::number(py_round(x, precision));
+      if (method == "common") {
+        if (v.kind == Value::Kind::kInt && precision >= 0) return v;  // Python's round(int, n) is the int
+        return Value::number(py_round(x, precision));
+      }
       const double scale = std::pow(10.0, static_cast<double>(precision));
       if (method == "floor") return Value::number(std::floor(x * scale) / scale);
       if (method == "ceil") return Value::number(std::ceil(x * scale) / scale);

@@ -227,15 +227,18 @@ static bool is_mutating_method(const Value& obj, const std::string& name) {
   return false;
 }
 
+// The sandbox answers a mutating method with an Undefined that raises when called or used.
+static Value unsafe(const Value& obj, const std::string& name) {
+  return Value::undefined("access to attribute '" + name + "' of '" + obj.type_name() + "' object is unsafe.");
+}
+
 Value get_attribute(const RenderContext& ctx, const Value& obj, const std::string& name) {
   switch (obj.kind) {
     case Value::Kind::kUndefined: raise_undefined(obj);
     case Value::Kind::kDict: {
       Value m = dict_method(obj, name);
       if (m.kind == Value::Kind::kFunction) return m;
-      if (is_mutating_method(obj, name)) {
-        throw Error("access to attribute '" + name + "' of 'dict' object is unsafe");
-      }
+      if (is_mutating_method(obj, name)) return unsafe(obj, name);
       if (const Value* v = obj.dict->find(name)) return *v;
       return missing_attribute(obj, name);
     }
@@ -244,9 +247,7 @@ Value get_attribute(const RenderContext& ctx, const Value& obj, const std::strin
       return missing_attribute(obj, name);
     case Value::Kind::kString: return string_method(ctx, obj.str(), name);
     case Value::Kind::kList:
-      if (is_mutating_method(obj, name)) {
-        throw Error("access to attribute '" + name + "' of 'list' object is unsafe");
-      }
+      if (is_mutating_method(obj, name)) return unsafe(obj, name);
       return missing_attribute(obj, name);
     default: return missing_attribute(obj, name);
   }

@@ -62,9 +62,7 @@ std::vector<std::string> py_split(const std::string& s, const std::string* sep, 
       while (k < n && py_isspace(cps[k])) ++k;
       if (k >= n) break;
       if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) {
-        size_t e = n;
-        while (e > k && py_isspace(cps[e - 1])) --e;
-        out.push_back(utf8_encode(cps, k, e));
+        out.push_back(utf8_encode(cps, k, n));  // the remainder keeps its trailing whitespace
         break;
       }
       size_t e = k;
@@ -78,9 +76,7 @@ std::vector<std::string> py_split(const std::string& s, const std::string* sep, 
       while (k > 0 && py_isspace(cps[k - 1])) --k;
       if (k == 0) break;
       if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) {
-        size_t b = 0;
-        while (b < k && py_isspace(cps[b])) ++b;
-        out.push_back(utf8_encode(cps, b, k));
+        out.push_back(utf8_encode(cps, 0, k));  // the remainder keeps its leading whitespace
         break;
       }
       size_t b = k;
