@@ -359,7 +359,7 @@ const std::map<std::string, FilterFn>& filters() {
         const bool case_sensitive = opt_bool(a, 0, "case_sensitive", false);
         const Value* attribute = opt(a, 1, "attribute");
         ValueList items = iterate(v);
-        if (items.empty()) return Value::undefined(want_max ? "No aggregated item, sequence was empty." : "No aggregated item, sequence was empty.");
+        if (items.empty()) return Value::undefined("No aggregated item, sequence was empty.");
         size_t best = 0;
         for (size_t k = 1; k < items.size(); ++k) {
           const Value kx = sort_key(attribute ? attr_path(ctx, items[k], *attribute) : items[k], case_sensitive);
@@ -390,7 +390,6 @@ const std::map<std::string, FilterFn>& filters() {
   return table;
 }
 
-bool is_integer_value(const Value& v) { return v.kind == Value::Kind::kInt; }
 
 const std::map<std::string, TestFn>& tests() {
   static const std::map<std::string, TestFn> table = [] {
