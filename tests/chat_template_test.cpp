@@ -218,3 +218,21 @@ TEST(GenerateChat, RendersThroughTheTemplateOrFailsClearly) {
 
 }  // namespace
 }  // namespace weft
+
+namespace weft {
+namespace {
+
+TEST(JinjaLimits, WorkInsideBuiltinsCountsAgainstTheStepLimit) {
+  jinja::RenderLimits small;
+  small.max_steps = 100000;
+  // Few statements, but every one walks a 50000-element list.
+  EXPECT_NE(render("{% set xs = range(50000) | list %}{% for i in range(100) %}{{ xs | length }}{% endfor %}", ojson::object(), small)
+                .find("step limit"), std::string::npos);
+  EXPECT_NE(render("{% set xs = range(50000) | list %}{% for i in range(100) %}{{ 7 in xs }}{% endfor %}", ojson::object(), small)
+                .find("step limit"), std::string::npos);
+  // The same template with a default budget renders.
+  EXPECT_EQ(render("{% set xs = range(50000) | list %}{% for i in range(3) %}{{ xs | length }}{% endfor %}").substr(0, 5), "50000");
+}
+
+}  // namespace
+}  // namespace weft

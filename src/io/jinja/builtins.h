@@ -15,9 +15,16 @@ namespace weft::jinja {
 struct RenderContext {
   size_t max_string_bytes = 0;
   std::time_t now = 0;
+  int64_t* steps = nullptr;  // the render's step counter, shared with the interpreter
+  int64_t max_steps = 0;
   // Throws when a value being built would pass the output limit (hostile templates).
   void check_size(size_t bytes) const;
+  // Counts work against the step limit: builtins that walk a list or a string charge its size,
+  // so a loop of filters over a large list cannot run for hours inside the step budget.
+  void charge(int64_t units) const;
 };
+// The work a builtin does on v, in steps: list/dict elements, string bytes / 64.
+int64_t work_of(const Value& v);
 
 Value call_filter(const RenderContext& ctx, const std::string& name, const Value& value, const CallArgs& args);
 bool call_test(const RenderContext& ctx, const std::string& name, const Value& value, const CallArgs& args);

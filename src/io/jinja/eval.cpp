@@ -19,6 +19,8 @@ class Interpreter {
   Interpreter(const RenderLimits& limits, const nlohmann::ordered_json& variables) : limits_(limits) {
     ctx_.max_string_bytes = limits.max_output_bytes;
     ctx_.now = limits.now ? *limits.now : std::time(nullptr);
+    ctx_.steps = &steps_;
+    ctx_.max_steps = limits.max_steps;
     scopes_.emplace_back();
     for (auto& kv : make_globals(&ctx_).items) scopes_[0][kv.first] = kv.second;
     if (variables.is_object()) {
@@ -148,7 +150,9 @@ class Interpreter {
   }
 
   void exec_for(const Stmt& s) {
-    ValueList items = iterate(eval(*s.exprs[0]));
+    const Value iterable = eval(*s.exprs[0]);
+    ctx_.charge(work_of(iterable));
+    ValueList items = iterate(iterable);
     if (s.exprs.size() > 1) {  // `for x in xs if cond`: filtered before the loop, so loop.length counts the kept items
       ValueList kept;
       for (const Value& item : items) {
@@ -258,6 +262,7 @@ class Interpreter {
   Value apply_filters(const Expr& e, const Value& input) {
     if (e.kind != Expr::Kind::kFilter) return eval(e);
     const Value operand = e.args[0] ? apply_filters(*e.args[0], input) : input;
+    ctx_.charge(1 + work_of(operand));
     return at(e.line, e.column, [&] { return call_filter(ctx_, e.name, operand, eval_args(e, 1)); });
   }
 
@@ -293,9 +298,16 @@ class Interpreter {
           if (callee.is_undefined()) raise_undefined(callee);
           if (callee.kind != Value::Kind::kFunction) throw Error(std::string("'") + callee.type_name() + "' object is not callable");
           CallArgs a = eval_args(e, 1);
+          int64_t work = 1;
+          for (const Value& v : a.positional) work += work_of(v);
+          ctx_.charge(work);
           return (*callee.fn)(a);
         }
-        case Expr::Kind::kFilter: return call_filter(ctx_, e.name, eval(*e.args[0]), eval_args(e, 1));
+        case Expr::Kind::kFilter: {
+          Value operand = eval(*e.args[0]);
+          ctx_.charge(1 + work_of(operand));
+          return call_filter(ctx_, e.name, operand, eval_args(e, 1));
+        }
         case Expr::Kind::kTest: {
           const bool r = call_test(ctx_, e.name, eval(*e.args[0]), eval_args(e, 1));
           return Value::boolean(e.negated ? !r : r);
@@ -321,8 +333,10 @@ class Interpreter {
             bool r;
             if (op == "==") r = values_equal(left, right);
             else if (op == "!=") r = !values_equal(left, right);
-            else if (op == "in") r = contains(right, left);
-            else if (op == "not in") r = !contains(right, left);
+            else if (op == "in" || op == "not in") {
+              ctx_.charge(1 + work_of(right));
+              r = contains(right, left) == (op == "in");
+            }
             else {
               if (left.is_undefined()) raise_undefined(left);
               if (right.is_undefined()) raise_undefined(right);

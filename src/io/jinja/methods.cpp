@@ -14,6 +14,21 @@ void RenderContext::check_size(size_t bytes) const {
   if (bytes > max_string_bytes) throw Error("output limit exceeded (" + std::to_string(max_string_bytes) + " bytes)");
 }
 
+void RenderContext::charge(int64_t units) const {
+  if (!steps) return;
+  *steps += units;
+  if (*steps > max_steps) throw Error("template step limit exceeded (" + std::to_string(max_steps) + ")");
+}
+
+int64_t work_of(const Value& v) {
+  switch (v.kind) {
+    case Value::Kind::kList: return static_cast<int64_t>(v.list->size());
+    case Value::Kind::kDict: case Value::Kind::kNamespace: return static_cast<int64_t>(v.dict->items.size());
+    case Value::Kind::kString: return static_cast<int64_t>(v.s->size() / 64);
+    default: return 0;
+  }
+}
+
 void raise_undefined(const Value& v) {
   throw Error(v.s && !v.s->empty() ? *v.s : "value is undefined");
 }
@@ -245,7 +260,9 @@ Value get_attribute(const RenderContext& ctx, const Value& obj, const std::strin
     case Value::Kind::kNamespace:
       if (const Value* v = obj.dict->find(name)) return *v;
       return missing_attribute(obj, name);
-    case Value::Kind::kString: return string_method(ctx, obj.str(), name);
+    case Value::Kind::kString:
+      ctx.charge(work_of(obj));
+      return string_method(ctx, obj.str(), name);
     case Value::Kind::kList:
       if (is_mutating_method(obj, name)) return unsafe(obj, name);
       return missing_attribute(obj, name);
