@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "io/chat_template.h"
+#include "io/gguf.h"
 #include "io/jinja/template.h"
 #include "io/jinja/value.h"
 
@@ -173,6 +174,19 @@ TEST(ChatTemplateSources, ModelDirGgufAndErrors) {
   Result<ChatTemplate> none = ChatTemplate::for_model(dir.string());
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.status().message().find("--chat-template FILE"), std::string::npos);
+  // A GGUF file: tokenizer.chat_template, bos/eos from the token list.
+  const std::string gguf = (dir / "m.gguf").string();
+  ASSERT_TRUE(write_gguf(gguf,
+                         {{"tokenizer.ggml.tokens", GgufValue::string_array({"<s>", "</s>", "a"})},
+                          {"tokenizer.ggml.bos_token_id", GgufValue::u32(0)},
+                          {"tokenizer.ggml.eos_token_id", GgufValue::u32(1)},
+                          {"tokenizer.chat_template", GgufValue::string("{{ bos_token }}{{ messages[0].content }}{{ eos_token }}")}},
+                         {}).ok());
+  Result<ChatTemplate> from_gguf = ChatTemplate::for_model(gguf);
+  ASSERT_TRUE(from_gguf.ok()) << from_gguf.status().message();
+  ChatTemplateInput in;
+  in.messages = ojson::parse(R"([{"role": "user", "content": "hi"}])");
+  EXPECT_EQ(from_gguf->render(in).value(), "<s>hi</s>");
   std::filesystem::remove_all(dir);
   EXPECT_FALSE(ChatTemplate::for_model("/nonexistent/model").ok());
 }
