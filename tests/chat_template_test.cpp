@@ -250,3 +250,26 @@ TEST(JinjaLimits, WorkInsideBuiltinsCountsAgainstTheStepLimit) {
 
 }  // namespace
 }  // namespace weft
+
+namespace weft {
+namespace {
+
+// tools/chat_refs/snippets.py: one corner of Python/jinja2 semantics each, rendered by jinja2.
+TEST(ReferenceSnippets, EachMatchesJinja2) {
+  const ojson snippets = ojson::parse(slurp(data_path("tests/data/chat/snippets_expected.json")));
+  ASSERT_GE(snippets.size(), 100u);
+  for (const ojson& s : snippets) {
+    const std::string source = s["template"].get<std::string>();
+    auto t = jinja::Template::parse(source);
+    Result<std::string> out = t.ok() ? t.value()->render(s["variables"]) : Result<std::string>(t.status());
+    if (s.contains("output")) {
+      ASSERT_TRUE(out.ok()) << source << "\n" << out.status().message();
+      EXPECT_EQ(out.value(), s["output"].get<std::string>()) << source;
+    } else {
+      EXPECT_FALSE(out.ok()) << source << ": jinja2 said " << s["error"].get<std::string>();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace weft

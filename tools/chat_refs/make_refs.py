@@ -5,7 +5,8 @@ apply_chat_template does (utils/chat_template_utils.py: ImmutableSandboxedEnviro
 trim_blocks, lstrip_blocks and the loopcontrols extension; its own tojson, raise_exception and
 strftime_now; render(messages=..., tools=..., documents=None, add_generation_prompt=...,
 **special_tokens, **extra)), and writes tests/data/chat/expected/<template>__<conversation>.txt,
-or .error holding the exception text when the template refuses the conversation.
+or .error holding the exception text when the template refuses the conversation; and
+tests/data/chat/snippets_expected.json from the one-feature snippets in snippets.py.
 
 strftime_now reads a fixed clock (FIXED_NOW, also used by tests/chat_template_test.cpp) so that
 the references do not depend on the day they were made. Usage: python3 tools/chat_refs/make_refs.py
@@ -92,6 +93,21 @@ def main():
             with open(base + ext, "w", encoding="utf-8", newline="") as f:
                 f.write(text)
             print(f"{name}__{conv['name']}{ext}: {len(text)} chars")
+    # Snippets: one corner of the language each (tools/chat_refs/snippets.py).
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from snippets import SNIPPETS
+    results = []
+    for source, variables in SNIPPETS:
+        entry = {"template": source, "variables": variables}
+        try:
+            entry["output"] = compile_template(source).render(**variables)
+        except Exception as e:  # syntax or render error: weft must refuse it too
+            entry["error"] = f"{type(e).__name__}: {e}"
+        results.append(entry)
+    with open(os.path.join(DATA, "snippets_expected.json"), "w", encoding="utf-8", newline="") as f:
+        json.dump(results, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    print(f"snippets_expected.json: {len(results)} snippets")
     return 0
 
 

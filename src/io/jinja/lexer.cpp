@@ -160,8 +160,11 @@ class Lexer {
   size_t lex_comment(size_t start, bool* line_starting) {
     const size_t close = src_.find("#}", start + 2);
     if (close == std::string::npos) fail("missing end of comment tag", start);
+    // The comment's own text starts after "{#" and its optional sign; only a '-'/'+' inside it
+    // can mark the end.
+    const size_t content = start + 2 + ((src_[start + 2] == '-' || src_[start + 2] == '+') ? 1 : 0);
     char marker = 0;
-    if (close >= start + 3 && (src_[close - 1] == '-' || src_[close - 1] == '+')) marker = src_[close - 1];
+    if (close >= content + 1 && (src_[close - 1] == '-' || src_[close - 1] == '+')) marker = src_[close - 1];
     return after_end(close + 2, marker, true, line_starting);
   }
 
