@@ -3,7 +3,9 @@
 // apply_chat_template(tokenize=False) does, with weft's own Jinja interpreter (src/io/jinja).
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -23,6 +25,7 @@ struct ChatTemplateInput {
   nlohmann::ordered_json tools;                                       // OpenAI tools array, or null
   bool add_generation_prompt = true;
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();   // more template variables, e.g. {"enable_thinking": false}
+  std::optional<int64_t> now_unix;  // strftime_now's clock (reproducible tests); unset: the wall clock
 };
 
 class ChatTemplate {
