@@ -186,7 +186,7 @@ void Scheduler::admit_locked() {
     int64_t best_reuse = -1;
     for (auto& s : slots_) {
       if (s->job) continue;
-      const int64_t reuse = s->cache.reusable(prompt);
+      const int64_t reuse = queue_.front()->req.reuse_prefix ? s->cache.reusable(prompt) : 0;
       if (reuse > best_reuse || (reuse == best_reuse && s->last_used < best->last_used)) {
         best = s.get();
         best_reuse = reuse;

@@ -51,6 +51,7 @@ struct GenerationRequest {
   // Test scripting (weft serve --test-reply): these tokens are emitted instead of sampled ones
   // (the model still runs on them), then the reply ends as at an end-of-sequence token.
   std::vector<int32_t> forced;
+  bool reuse_prefix = true;  // false: a cold run (no prefix reuse), e.g. to compare with
 };
 
 struct TokenLogprob {

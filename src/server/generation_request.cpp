@@ -18,6 +18,7 @@ GenerationRequest make_generation_request(std::vector<int32_t> prompt, const Sam
   r.max_tokens = f.max_tokens ? *f.max_tokens : std::min(room, max_tokens_limit);
   r.stop = f.stop;
   r.ignore_eos = f.ignore_eos;
+  r.reuse_prefix = f.cache_prompt;
   r.top_logprobs = f.top_logprobs;
   r.prompt = std::move(prompt);
   return r;

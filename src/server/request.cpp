@@ -98,6 +98,7 @@ std::optional<RequestError> parse_sampling(const ojson& j, const RequestLimits& 
   WEFT_TRY(get_string(j, "user", &user));
   WEFT_TRY(get_bool(j, "stream", &s->stream));
   WEFT_TRY(get_bool(j, "ignore_eos", &s->ignore_eos));
+  WEFT_TRY(get_bool(j, "cache_prompt", &s->cache_prompt));
   if (present(j, "stream_options")) {
     const ojson& so = j["stream_options"];
     if (!so.is_object()) return bad("'stream_options' must be an object", "stream_options");

@@ -42,6 +42,7 @@ struct SamplingFields {
   bool include_usage = false;  // stream_options.include_usage
   int top_logprobs = -1;       // -1: no logprobs
   bool ignore_eos = false;     // extension (llama.cpp's name)
+  bool cache_prompt = true;    // extension (llama.cpp's name): false = no prefix reuse (a cold run)
 };
 
 enum class ToolChoice { kAuto, kNone, kRequired, kFunction };
