@@ -148,5 +148,29 @@ TEST(ServerCli, BadFlagsFailClearly) {
   EXPECT_NE(out.find("--parallel"), std::string::npos);
 }
 
+// `weft chat` reads turns from stdin, streams replies, and reuses the conversation's prefix: the
+// second turn reports reused prompt tokens (at least the first turn's prompt up to its last
+// multiple of 64), /reset starts over. That reuse gives a cold run's tokens is checked by
+// server_scheduler_test and multiturn.test.mjs (the same Scheduler).
+TEST(ServerCli, ChatKeepsTheConversationPrefix) {
+  std::string system;
+  for (int i = 0; i < 20; ++i) system += "Rule " + std::to_string(i) + ": be brief and kind. ";
+  std::string out;
+  const std::string cmd = "printf 'Hello there\\nTell me more\\n/reset\\nHi\\n' | " + test::weft_binary() +
+                          " chat --threads 2 -n 6 --system '" + system + "'";
+  ASSERT_EQ(test::run_command(cmd, &out), 0) << out;
+  const std::regex turn("([0-9]+) prompt tokens \\(([0-9]+) reused\\)");
+  std::vector<std::pair<int, int>> turns;
+  for (std::sregex_iterator it(out.begin(), out.end(), turn), end; it != end; ++it)
+    turns.emplace_back(std::stoi((*it)[1]), std::stoi((*it)[2]));
+  ASSERT_EQ(turns.size(), 3u) << out;
+  EXPECT_EQ(turns[0].second, 0);
+  EXPECT_GE(turns[1].second, turns[0].first / 64 * 64) << out;  // the first turn's prompt, to its last 64
+  EXPECT_GT(turns[1].second, 0);
+  EXPECT_LT(turns[2].first, turns[1].first);  // after /reset the conversation starts again
+  EXPECT_NE(out.find("conversation reset"), std::string::npos);
+  EXPECT_NE(test::run_command(test::weft_binary() + " chat --chat-template /nonexistent.jinja < /dev/null", &out), 0);
+}
+
 }  // namespace
 }  // namespace weft
