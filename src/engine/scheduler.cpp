@@ -237,6 +237,12 @@ void Scheduler::finish(Slot& slot, const std::string& reason, const std::string&
   --stats_.active;  // now, not at the end of the step: a client may read /metrics the moment it is done
 }
 
+void Scheduler::forget(Slot& slot) {
+  // After a failed call the sequence may hold rows its cache does not list: start it afresh.
+  engine_.state(slot.seq).reset();
+  slot.cache.clear();
+}
+
 namespace {
 
 // Length of the longest suffix of `text` that is a proper prefix of a stop string: text that
@@ -348,6 +354,7 @@ bool Scheduler::step() {
       if (!st.ok()) {
         std::lock_guard<std::mutex> lock(mu_);
         finish(s, "error", st.message());
+        forget(s);
         continue;
       }
       const int64_t P = int64_t(s.job->req.prompt.size());
@@ -384,6 +391,7 @@ bool Scheduler::step() {
     for (Slot* s : stepped) {
       if (!st.ok()) {
         finish(*s, "error", st.message());
+        forget(*s);
         continue;
       }
       s->cache.push(s->pending);

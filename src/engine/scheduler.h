@@ -126,6 +126,7 @@ class Scheduler {
   bool step();  // one prefill and/or decode step; false when there was nothing to do
   void admit_locked();
   void finish(Slot& slot, const std::string& reason, const std::string& error = "");
+  void forget(Slot& slot);
   // Samples from slot.logits, emits; returns false when the reply ended.
   bool take_token(Slot& slot);
   void refresh_stats_locked();
