@@ -128,49 +128,6 @@ void dot_rows_one_token(const uint8_t* const* rows, const float* x, int64_t K, f
   for (int r = 0; r < R; ++r) out[r] = reduce8(acc[r]);
 }
 
-// Few-token decode (batched decode, MoE experts with a handful of rows): R weight rows x C tokens,
-// each 8-weight chunk loaded and widened once in registers and used by all C tokens, where
-// streaming the rows once per token re-read and re-widened them from L2 for every token. Each
-// (row, token) output keeps one accumulator over k in order, the masked tail last, then reduce8:
-// exactly dot_rows_one_token's order, so outputs are bit-identical to the one-token path.
-template <DType D, int R, int C>
-void dot_rows_tokens(const uint8_t* const* rows, const float* x, int64_t ldx, int64_t K, float* out,
-                     int64_t ldo) {
-  __m256 acc[R][C];
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
-  const int64_t k8 = K & ~int64_t(7);
-  for (int64_t k = 0; k < k8; k += 8) {
-    __m256 wv[R];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) wv[r] = load_w8<D>(rows[r], k);
-#pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) {
-      const __m256 xv = _mm256_loadu_ps(x + c * ldx + k);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(wv[r], xv, acc[r][c]);
-    }
-  }
-  if (const int64_t rem = K - k8; rem != 0) {
-    const __m256i mask = tail_mask(rem);
-    __m256 wv[R];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) wv[r] = load_w_tail<D>(rows[r], k8, rem, mask);
-#pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) {
-      const __m256 xv = _mm256_maskload_ps(x + c * ldx + k8, mask);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(wv[r], xv, acc[r][c]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) out[c * ldo + r] = reduce8(acc[r][c]);
-}
-
 // Prefill register tile: R f32 weight rows x C tokens over k in [0, len), R*C independent
 // accumulators. Accumulators live in acc (8 floats per dot product, token-major with stride
 // acc_ld floats between tokens) across K blocks: storing and reloading them keeps every lane's
@@ -265,38 +222,6 @@ void decode_block(const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, in
   }
 }
 
-// Tokens per few-token decode tile and weight rows sharing it: 2 x 4 accumulators, 2 widened
-// weight vectors and one x vector use 11 of the 16 ymm registers.
-constexpr int kFewRows = 2;
-constexpr int kFewTokens = 4;
-
-// Rows of C tokens at a time, then the rows left over one by one.
-template <DType D, int C>
-void few_token_rows(const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, int64_t K, const float* x,
-                    int64_t ldx, float* out, int64_t ldo) {
-  const uint8_t* rows[kFewRows];
-  int64_t n = n0;
-  for (; n + kFewRows <= n1; n += kFewRows) {
-    for (int r = 0; r < kFewRows; ++r) rows[r] = w + size_t(n + r) * row_bytes;
-    dot_rows_tokens<D, kFewRows, C>(rows, x, ldx, K, out + n, ldo);
-  }
-  for (; n < n1; ++n) {
-    rows[0] = w + size_t(n) * row_bytes;
-    dot_rows_tokens<D, 1, C>(rows, x, ldx, K, out + n, ldo);
-  }
-}
-
-// T (2..kStreamingTokens) tokens against rows [n0, n1): token tiles of 4, then 2, then 1.
-template <DType D>
-void few_token_block(const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, int64_t K, const float* x,
-                     int64_t ldx, int64_t T, float* out, int64_t ldo) {
-  int64_t t = 0;
-  for (; t + kFewTokens <= T; t += kFewTokens)
-    few_token_rows<D, kFewTokens>(w, row_bytes, n0, n1, K, x + t * ldx, ldx, out + t * ldo, ldo);
-  for (; t + 2 <= T; t += 2) few_token_rows<D, 2>(w, row_bytes, n0, n1, K, x + t * ldx, ldx, out + t * ldo, ldo);
-  for (; t < T; ++t) few_token_rows<D, 1>(w, row_bytes, n0, n1, K, x + t * ldx, ldx, out + t * ldo, ldo);
-}
-
 // K block of the prefill: 4 rows x 512 floats of weights (8 KiB) plus a token tile stay in L1
 // while the tiles sweep the tokens. A multiple of 8, so only the last block has a partial chunk.
 constexpr int64_t kPrefillKBlock = 512;
@@ -369,9 +294,9 @@ void matmul_avx2(DType wtype, const void* w, int64_t N, int64_t K, const float* 
   // weigh more than in prefill: tasks cover at least kDecodeTaskBytes of weights. The grain
   // only decides which thread computes an output, never its value.
   // A few tokens (batched decode of several sequences, MoE experts with a handful of rows) take
-  // the few-token tiles: each weight chunk is read and widened once in registers for up to 4
-  // tokens, where the prefill path would widen the rows to f32 scratch first. Each output is the
-  // same dot product either way.
+  // the decode path once per token: the task's >= 64 KiB of weights come from memory for the
+  // first token and from L2 for the others, while the prefill path would widen them to f32
+  // first. Each output is the same dot product either way.
   const bool streaming = T <= kStreamingTokens;
   int64_t rows_per_task = kMatmulRowsPerTask;
   if (streaming)
@@ -379,14 +304,7 @@ void matmul_avx2(DType wtype, const void* w, int64_t N, int64_t K, const float* 
   auto task = [&](int64_t i) {
     const int64_t n0 = i * rows_per_task;
     const int64_t n1 = n0 + rows_per_task < N ? n0 + rows_per_task : N;
-    if (streaming && T > 1) {
-      switch (wtype) {
-        case DType::kF16: few_token_block<DType::kF16>(wbytes, row_bytes, n0, n1, K, x, ldx, T, out, ldo); break;
-        case DType::kBF16: few_token_block<DType::kBF16>(wbytes, row_bytes, n0, n1, K, x, ldx, T, out, ldo); break;
-        case DType::kF32: few_token_block<DType::kF32>(wbytes, row_bytes, n0, n1, K, x, ldx, T, out, ldo); break;
-        default: break;  // unreachable: refused by the WEFT_CHECK above
-      }
-    } else if (streaming) {
+    if (streaming) {
       for (int64_t t = 0; t < T; ++t) {
         const float* xt = x + t * ldx;
         float* ot = out + t * ldo;
