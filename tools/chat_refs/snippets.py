@@ -122,3 +122,7 @@ SNIPPETS += [
  ("{%- if true -%}\n  a\n{%- endif -%}\n", {}), ("  {% raw -%}  x  {%- endraw %}\n y", {}),
  ("{{ 'a' }}{# c #}\n{{ 'b' }}", {}), ("line\n    {%- set x = 1 %}\n    {{ x }}", {}),
 ]
+SNIPPETS += [
+ ("a\u3000\u00a0 {%- if true %}b{% endif -%} \u00a0\u2028c", {}), ("  \u00a0{% if true %}x{% endif %}", {}),
+ ("{{\u00a0'x'\u3000}}", {}),
+]

@@ -490,6 +490,8 @@ Result<std::shared_ptr<const Template>> Template::parse(const std::string& sourc
     return std::shared_ptr<const Template>(std::move(t));
   } catch (const Error& e) {
     return Status::error("template syntax error at " + std::to_string(e.line) + ":" + std::to_string(e.column) + ": " + e.what());
+  } catch (const std::exception& e) {  // e.g. std::bad_alloc: still an error, never a crash
+    return Status::error(std::string("template syntax error: ") + e.what());
   }
 }
 
@@ -500,6 +502,8 @@ Result<std::string> Template::render(const nlohmann::ordered_json& variables, co
   } catch (const Error& e) {
     std::string where = e.line ? " at " + std::to_string(e.line) + ":" + std::to_string(e.column) : std::string();
     return Status::error("template error" + where + ": " + e.what());
+  } catch (const std::exception& e) {
+    return Status::error(std::string("template error: ") + e.what());
   }
 }
 

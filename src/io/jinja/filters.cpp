@@ -2,6 +2,8 @@
 // ensure_ascii=False and the indent/separators/sort_keys options, no HTML escaping); the others
 // follow jinja2 3.1's filters.py and tests.py.
 #include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -42,8 +44,10 @@ Value attr_path(const RenderContext& ctx, Value v, const Value& attribute) {
   if (attribute.kind == Value::Kind::kInt) return get_item(ctx, v, attribute);
   const std::string dot = ".";
   for (const std::string& part : py_split(attribute.to_str(), &dot, -1, false)) {
-    const bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-    v = get_item(ctx, v, numeric ? Value::integer(std::atoll(part.c_str())) : Value::string(part));
+    int64_t index = 0;
+    const auto r = std::from_chars(part.data(), part.data() + part.size(), index);
+    const bool numeric = !part.empty() && r.ec == std::errc() && r.ptr == part.data() + part.size() && part[0] != '-';
+    v = get_item(ctx, v, numeric ? Value::integer(index) : Value::string(part));
   }
   return v;
 }

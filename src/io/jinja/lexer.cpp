@@ -6,12 +6,20 @@
 #include <cctype>
 #include <cstring>
 
+#include "io/jinja/strings.h"
 #include "io/jinja/value.h"
 
 namespace weft::jinja {
 namespace {
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+// Python's str.rstrip() / regex \s: Unicode whitespace, not just ASCII.
+std::string rstrip_space(const std::string& text) { return py_strip(text, nullptr, false, true); }
+bool all_space(const std::string& text, size_t from) {
+  for (uint32_t cp : utf8_decode(text.substr(from))) if (!py_isspace(cp)) return false;
+  return true;
+}
 
 class Lexer {
  public:
@@ -37,17 +45,11 @@ class Lexer {
       const bool raw = kind == '%' && match_raw_begin(start, &raw_body);
       // Whitespace control on the text before the tag.
       if (sign == '-') {
-        size_t e = text.size();
-        while (e > 0 && is_space(text[e - 1])) --e;
-        text.resize(e);
+        text = rstrip_space(text);
       } else if (sign != '+' && opt_.lstrip_blocks && kind != '{') {
         const size_t nl = text.rfind('\n');
         const size_t l_pos = nl == std::string::npos ? 0 : nl + 1;
-        if ((l_pos > 0 || line_starting) && l_pos < text.size()) {
-          bool all_ws = true;
-          for (size_t k = l_pos; k < text.size(); ++k) all_ws = all_ws && is_space(text[k]);
-          if (all_ws) text.resize(l_pos);
-        }
+        if ((l_pos > 0 || line_starting) && l_pos < text.size() && all_space(text, l_pos)) text.resize(l_pos);
       }
       emit_text(std::move(text), pos);
       if (raw) {
@@ -96,8 +98,20 @@ class Lexer {
   }
 
   bool word_at(size_t pos, const char* word) const { return src_.compare(pos, std::strlen(word), word) == 0; }
+  // Skips Unicode whitespace (regex \s in Python), decoding only where a byte is non-ASCII.
   size_t skip_ws(size_t pos) const {
-    while (pos < src_.size() && is_space(src_[pos])) ++pos;
+    while (pos < src_.size()) {
+      if (is_space(src_[pos]) || (src_[pos] >= 0x1c && src_[pos] <= 0x1f)) {
+        ++pos;
+        continue;
+      }
+      if (!(src_[pos] & 0x80)) break;
+      size_t len = 1;
+      while (len < 4 && pos + len < src_.size() && (src_[pos + len] & 0xC0) == 0x80) ++len;
+      const std::vector<uint32_t> cp = utf8_decode(src_.substr(pos, len));
+      if (cp.size() != 1 || !py_isspace(cp[0])) break;
+      pos += len;
+    }
     return pos;
   }
   // {%[-+]? raw [-]?%}: *body = where the raw text starts.
@@ -139,17 +153,11 @@ class Lexer {
       if (!word_at(p, "%}")) continue;
       std::string text = src_.substr(body, k - body);
       if (sign == '-') {
-        size_t e = text.size();
-        while (e > 0 && is_space(text[e - 1])) --e;
-        text.resize(e);
+        text = rstrip_space(text);
       } else if (sign != '+' && opt_.lstrip_blocks) {
         const size_t nl = text.rfind('\n');
         const size_t l_pos = nl == std::string::npos ? 0 : nl + 1;
-        if ((l_pos > 0 || *line_starting) && l_pos < text.size()) {
-          bool all_ws = true;
-          for (size_t q = l_pos; q < text.size(); ++q) all_ws = all_ws && is_space(text[q]);
-          if (all_ws) text.resize(l_pos);
-        }
+        if ((l_pos > 0 || *line_starting) && l_pos < text.size() && all_space(text, l_pos)) text.resize(l_pos);
       }
       emit_text(std::move(text), body);
       return after_end(p + 2, marker, true, line_starting);

@@ -3,6 +3,7 @@
 // ImmutableSandboxedEnvironment does.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "io/jinja/builtins.h"
@@ -86,8 +87,8 @@ static std::string str_format(const std::string& fmt, const CallArgs& a) {
     const Value* v = nullptr;
     if (field.empty()) {
       v = a.get(auto_index++, nullptr);
-    } else if (std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; })) {
-      v = a.get(static_cast<size_t>(std::stoul(field)), nullptr);
+    } else if (field.size() <= 6 && std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; })) {
+      v = a.get(static_cast<size_t>(std::atoi(field.c_str())), nullptr);
     } else {
       for (const auto& kv : a.keyword) if (kv.first == field) v = &kv.second;
     }

@@ -477,7 +477,11 @@ class Parser {
         } else if (t.type == T::kInt) {
           auto g = make(Expr::Kind::kGetItem, at);
           g->args.push_back(std::move(e));
-          g->args.push_back(literal(t, Value::integer(std::atoll(t.text.c_str()))));
+          int64_t index = 0;
+          if (std::from_chars(t.text.data(), t.text.data() + t.text.size(), index).ec != std::errc()) {
+            fail("index too large", t);
+          }
+          g->args.push_back(literal(t, Value::integer(index)));
           e = std::move(g);
         } else {
           fail("expected an attribute name after '.', got " + describe(t), t);
