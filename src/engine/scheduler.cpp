@@ -250,7 +250,7 @@ namespace {
 size_t stop_holdback(const std::string& text, const std::vector<std::string>& stops) {
   size_t hold = 0;
   for (const std::string& s : stops)
-    for (size_t n = std::min(s.size() - 1, text.size()); n > hold; --n)
+    for (size_t n = s.empty() ? 0 : std::min(s.size() - 1, text.size()); n > hold; --n)
       if (text.compare(text.size() - n, n, s, 0, n) == 0) {
         hold = n;
         break;
@@ -284,7 +284,8 @@ bool Scheduler::take_token(Slot& slot) {
       for (const std::string& s : req.stop) longest = std::max(longest, s.size());
       const size_t from = slot.emitted > longest ? slot.emitted - longest : 0;
       size_t cut = std::string::npos;
-      for (const std::string& s : req.stop) cut = std::min(cut, slot.text.find(s, from));
+      for (const std::string& s : req.stop)
+        if (!s.empty()) cut = std::min(cut, slot.text.find(s, from));
       if (cut != std::string::npos) {
         slot.text.resize(cut);
         reason = "stop";
