@@ -87,6 +87,7 @@ class Server {
   }
   ~Server() { stop(); }
   const std::string& url() const { return url_; }
+  pid_t pid() const { return pid_; }
   std::string log() const { return read_file(log_); }
 
  private:
@@ -109,7 +110,7 @@ class ServerTest : public ::testing::Test {
     const std::string why = server.start(args);
     ASSERT_EQ(why, "");
     std::string out;
-    const std::string cmd = "cd " + shell_quote(dir_) + " && WEFT_URL=" + server.url() +
+    const std::string cmd = "cd " + shell_quote(dir_) + " && WEFT_PID=" + std::to_string(server.pid()) + " WEFT_URL=" + server.url() +
                             (api_key.empty() ? "" : " WEFT_API_KEY=" + shell_quote(api_key)) + " node --test " + name +
                             ".test.mjs";
     const int rc = test::run_command(cmd, &out);
@@ -126,6 +127,7 @@ TEST_F(ServerTest, ChatStreamingCompletionsAndErrors) { run_node("basic", kMain)
 TEST_F(ServerTest, EightConcurrentClients) { run_node("concurrency", kMain); }
 TEST_F(ServerTest, DisconnectFreesTheSlot) { run_node("disconnect", kMain); }
 TEST_F(ServerTest, MultiTurnReuseEqualsColdRun) { run_node("multiturn", kMain); }
+TEST_F(ServerTest, SigtermDrainsTheStreamInFlight) { run_node("drain", kMain); }
 TEST_F(ServerTest, FullQueueIs503) { run_node("queue", {"--parallel", "1", "--queue", "1"}); }
 TEST_F(ServerTest, ToolCallRoundTripAndApiKey) {
   run_node("tools",
