@@ -148,6 +148,23 @@ TEST_F(SchedulerTest, FollowUpTurnReusesPrefixAndEqualsColdRun) {
   EXPECT_EQ(r4.ids, cold_run(*model_, other, 5, {}));
 }
 
+// The quantized tier also checkpoints the end of each prompt, so a follow-up reuses all of it.
+TEST_F(SchedulerTest, QuantizedTierReusesTheWholePreviousPrompt) {
+  const int64_t V = model_->config().vocab_size;
+  SchedulerOptions so;
+  so.kv.k_type = so.kv.v_type = DType::kQ8_0;
+  Scheduler sched(*engine_, nullptr, {}, so);
+  const std::vector<int32_t> turn1 = random_prompt(157, V, 8);
+  Reply r1 = collect(*sched.submit(request(turn1, 4)).handle);
+  std::vector<int32_t> turn2 = turn1;
+  turn2.insert(turn2.end(), r1.ids.begin(), r1.ids.end());
+  turn2.push_back(5);
+  Reply r2 = collect(*sched.submit(request(turn2, 4)).handle);
+  EXPECT_EQ(r2.last.cached_tokens, 157);
+  EXPECT_EQ(r2.last.finish_reason, "length");
+  EXPECT_EQ(r2.ids.size(), 4u);
+}
+
 TEST_F(SchedulerTest, CancelFreesTheSlotAndLimitsHold) {
   const int64_t V = model_->config().vocab_size;
   SchedulerOptions so;

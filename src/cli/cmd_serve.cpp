@@ -38,7 +38,7 @@ int run_serve(int argc, char** argv) {
   app.add_option("--parallel", sched.parallel, "sequences decoded together (slots)")->check(CLI::Range(1, 256));
   app.add_option("--ctx", sched.ctx, "tokens one sequence may hold (prompt + reply)")->check(CLI::Range(16, 1 << 24));
   app.add_option("--queue", sched.max_queue, "requests that may wait for a slot; more get 503 + Retry-After")
-      ->check(CLI::Range(0, 100000));
+      ->check(CLI::Range(1, 100000));
   app.add_option("--prefill-chunk", sched.prefill_chunk,
                  "prompt rows prefilled per step, interleaved with decode steps (rounded up to a multiple of 64)")
       ->check(CLI::Range(1, 1 << 20));
