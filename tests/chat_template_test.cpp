@@ -141,6 +141,12 @@ TEST(JinjaLimits, HostileTemplatesStopWithAnError) {
                 .find("output limit"), std::string::npos);
   const std::string deep = std::string(5000, '(') + "1" + std::string(5000, ')');
   EXPECT_NE(render("{{ " + deep + " }}").find("nested too deeply"), std::string::npos);
+  std::string chain = "1";
+  for (int k = 0; k < 100000; ++k) chain += "+1";
+  EXPECT_NE(render("{{ " + chain + " }}").find("nested too deeply"), std::string::npos);
+  std::string attrs = "x";
+  for (int k = 0; k < 100000; ++k) attrs += k % 2 ? ".a" : "|trim";
+  EXPECT_NE(render("{{ " + attrs + " }}").find("nested too deeply"), std::string::npos);
   std::string deep_if;
   for (int k = 0; k < 500; ++k) deep_if += "{% if true %}";
   EXPECT_NE(render(deep_if).find("nested too deeply"), std::string::npos);

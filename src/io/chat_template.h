@@ -34,7 +34,7 @@ class ChatTemplate {
   // template sees as bos_token / eos_token ("" when the model has none).
   static Result<ChatTemplate> parse(std::string source, std::string bos_token = "",
                                     std::string eos_token = "");
-  // The model's template: MODEL_DIR/chat_template.jinja, else tokenizer_config.json "chat_template"
+  // The model's template: MODEL_DIR/chat_template.jinja (or chat_template.json), else tokenizer_config.json "chat_template"
   // (a string, or a list of {name, template}: the "default" one), else a GGUF file's
   // tokenizer.chat_template; bos/eos token strings from tokenizer_config.json / GGUF metadata.
   // No template: an error that says so and names --chat-template FILE.

@@ -40,6 +40,10 @@ struct Expr {
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   std::vector<std::string> ops;
   bool negated = false;
+  // Longest path to a leaf. The parser refuses trees taller than kMaxHeight, so evaluating and
+  // freeing an expression never recurses deeper than that, however long an operator chain is.
+  int height = 1;
+  static constexpr int kMaxHeight = 400;
 };
 
 struct Stmt;

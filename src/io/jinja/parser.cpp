@@ -3,6 +3,7 @@
 // (| name, is name) which binds tighter than any binary operator.
 #include "io/jinja/parser.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 
@@ -270,8 +271,18 @@ class Parser {
       cond->args.push_back(std::move(test));
       cond->args.push_back(std::move(e));
       cond->args.push_back(std::move(otherwise));
-      e = std::move(cond);
+      e = grown(std::move(cond));
     }
+    return e;
+  }
+
+  // Sets e's height from its operands; a chain like 1+1+1+... grows it by one per operator.
+  ExprPtr grown(ExprPtr e) {
+    int h = 0;
+    for (const auto& a : e->args) if (a) h = std::max(h, a->height);
+    for (const auto& kv : e->kwargs) if (kv.second) h = std::max(h, kv.second->height);
+    e->height = h + 1;
+    if (e->height > Expr::kMaxHeight) throw Error("expression nested too deeply", e->line, e->column);
     return e;
   }
 
@@ -280,7 +291,7 @@ class Parser {
     e->name = op;
     e->args.push_back(std::move(a));
     e->args.push_back(std::move(b));
-    return e;
+    return grown(std::move(e));
   }
 
   ExprPtr parse_or() {
@@ -306,7 +317,7 @@ class Parser {
       auto e = make(Expr::Kind::kUnary, at);
       e->name = "not";
       e->args.push_back(parse_not());
-      return e;
+      return grown(std::move(e));
     }
     return parse_compare();
   }
@@ -336,7 +347,7 @@ class Parser {
       cmp->ops.push_back(op);
       cmp->args.push_back(parse_math1());
     }
-    return cmp ? std::move(cmp) : std::move(first);
+    return cmp ? grown(std::move(cmp)) : std::move(first);
   }
   ExprPtr parse_math1() {
     ExprPtr e = parse_concat();
@@ -379,6 +390,7 @@ class Parser {
       e = make(Expr::Kind::kUnary, at);
       e->name = at.text;
       e->args.push_back(parse_unary(false));
+      e = grown(std::move(e));
     } else {
       e = parse_postfix(parse_primary());
     }
@@ -473,7 +485,7 @@ class Parser {
           auto g = make(Expr::Kind::kGetAttr, at);
           g->name = t.text;
           g->args.push_back(std::move(e));
-          e = std::move(g);
+          e = grown(std::move(g));
         } else if (t.type == T::kInt) {
           auto g = make(Expr::Kind::kGetItem, at);
           g->args.push_back(std::move(e));
@@ -482,15 +494,15 @@ class Parser {
             fail("index too large", t);
           }
           g->args.push_back(literal(t, Value::integer(index)));
-          e = std::move(g);
+          e = grown(std::move(g));
         } else {
           fail("expected an attribute name after '.', got " + describe(t), t);
         }
       } else if (is_op("[")) {
         next();
-        e = parse_subscript(std::move(e), at);
+        e = grown(parse_subscript(std::move(e), at));
       } else if (is_op("(")) {
-        e = parse_call(std::move(e));
+        e = grown(parse_call(std::move(e)));
       } else {
         return e;
       }
@@ -572,7 +584,7 @@ class Parser {
         while (skip_op(".")) f->name += "." + expect_name();
         f->args.push_back(std::move(node));
         if (is_op("(")) parse_call_args(f.get());
-        node = std::move(f);
+        node = grown(std::move(f));
       } else if (node && is_name("is")) {
         next();
         auto test = make(Expr::Kind::kTest, at);
@@ -588,9 +600,9 @@ class Parser {
                    is_op("[") || is_op("{")) {
           test->args.push_back(parse_postfix(parse_primary()));
         }
-        node = std::move(test);
+        node = grown(std::move(test));
       } else if (node && is_op("(")) {
-        node = parse_call(std::move(node));
+        node = grown(parse_call(std::move(node)));
       } else {
         return node;
       }
