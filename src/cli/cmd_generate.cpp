@@ -16,6 +16,7 @@
 #include "io/chat_template.h"
 #include "io/model_files.h"
 #include "engine/engine.h"
+#include "engine/generation_defaults.h"
 #include "engine/sampler.h"
 #include "io/tokenizer.h"
 
@@ -53,7 +54,7 @@ int run_generate(int argc, char** argv) {
   app.add_option("--ids-file", ids_files, "prompt as token ids (whitespace/comma separated); repeatable");
   app.add_option("-p,--prompt", prompts, "prompt text (needs tokenizer.json in the model dir, or a GGUF tokenizer); repeatable");
   app.add_option("-n,--n-tokens", n, "tokens to generate per input")->check(CLI::NonNegativeNumber);
-  app.add_option("--temp", so.temperature, "temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
+  app.add_option("--temp", so.temperature, "temperature (0 = greedy; default: the model's generation_config.json)")->check(CLI::NonNegativeNumber);
   app.add_option("--top-k", so.top_k, "keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
   app.add_option("--top-p", so.top_p, "nucleus sampling mass (1 = off)")->check(CLI::Range(0.0, 1.0));
   app.add_option("--min-p", so.min_p, "drop tokens below min_p x p(top) (0 = off)")->check(CLI::Range(0.0, 1.0));
@@ -76,6 +77,18 @@ int run_generate(int argc, char** argv) {
   if (!kv_options.ok()) return fail(kv_options.status());
   auto model = open_model(&model_dir);
   if (!model.ok()) return fail(model.status());
+  // Sampling flags not given come from the model's generation_config.json, as in chat and serve.
+  {
+    auto defaults = load_generation_defaults(model_dir);
+    if (!defaults.ok()) return fail(defaults.status());
+    const SamplerOptions& d = defaults.value().sampling;
+    if (!app.count("--temp")) so.temperature = d.temperature;
+    if (!app.count("--top-k")) so.top_k = d.top_k;
+    if (!app.count("--top-p")) so.top_p = d.top_p;
+    if (!app.count("--min-p")) so.min_p = d.min_p;
+    std::fprintf(stderr, "weft: %s%s\n", defaults.value().describe().c_str(),
+                 app.count("--temp") + app.count("--top-k") + app.count("--top-p") + app.count("--min-p") ? " (flags override)" : "");
+  }
   const ModelConfig& c = model.value()->config();
   std::optional<Tokenizer> tokenizer;
   if (std::filesystem::exists(model_dir + "/tokenizer.json") || ModelFiles::is_gguf(model_dir)) {
