@@ -67,16 +67,15 @@ SessionOptions options(Device device, DType kv = DType::kF16, int64_t batch = 0)
   return so;
 }
 
-// Teacher-forced logits of every prompt position, then `gen` greedy steps' logits.
-std::vector<float> run(const Model& m, const SessionOptions& so, const std::vector<int32_t>& prompt, int gen) {
+// Teacher-forced logits of every prompt position, then one decode step per token of `steps`
+// (fixed tokens, not argmax: two backends that disagree on a near-tie still see the same inputs).
+std::vector<float> run(const Model& m, const SessionOptions& so, const std::vector<int32_t>& prompt,
+                       const std::vector<int32_t>& steps) {
   const int64_t V = m.config().vocab_size, T = int64_t(prompt.size());
   Session s(m, so);
-  std::vector<float> out(static_cast<size_t>((T + gen) * V)), last(static_cast<size_t>(V));
-  EXPECT_TRUE(s.feed(prompt.data(), T, out.data(), last.data()).ok());
-  for (int g = 0; g < gen; ++g) {
-    const int32_t next = argmax(out.data() + (T + g - 1) * V, V);
-    EXPECT_TRUE(s.step(next, out.data() + (T + g) * V).ok());
-  }
+  std::vector<float> out(static_cast<size_t>((T + int64_t(steps.size())) * V));
+  EXPECT_TRUE(s.feed(prompt.data(), T, out.data(), nullptr).ok());
+  for (size_t g = 0; g < steps.size(); ++g) EXPECT_TRUE(s.step(steps[g], out.data() + (T + int64_t(g)) * V).ok());
   return out;
 }
 
@@ -100,7 +99,7 @@ TEST_P(CudaBackendTest, MatchesTransformers) {
   const std::vector<float> ref = floats_of(*f->find("prompt_logits"));
   const int64_t V = model_->config().vocab_size, T = int64_t(prompt.size());
   for (DType kv : {DType::kF16, DType::kF32}) {
-    std::vector<float> got = run(*model_, options(Device::kCuda, kv, 16), prompt, 0);
+    std::vector<float> got = run(*model_, options(Device::kCuda, kv, 16), prompt, {});
     const double err = rel_rms(got, ref);
     EXPECT_LT(err, kv == DType::kF16 ? 5e-3 : 1e-4) << dtype_name(kv);
     int64_t checked = 0, mismatch = 0;
@@ -117,39 +116,54 @@ TEST_P(CudaBackendTest, MatchesTransformers) {
     EXPECT_EQ(mismatch, 0) << dtype_name(kv) << ": argmax differs at " << mismatch << " of " << checked;
     std::printf("[ %s cuda kv=%s ] rel_rms vs transformers %.3g\n", GetParam().c_str(), dtype_name(kv), err);
   }
-  if (const TensorView* g = f->find("gen_ids")) {
+  if (const TensorView* g = f->find("gen_ids")) {  // greedy generation with the cache, step by step
     const std::vector<int32_t> gen_ref = ids_of(*g);
-    const int n = int(gen_ref.size());
-    std::vector<float> got = run(*model_, options(Device::kCuda), prompt, n - 1);
+    Session s(*model_, options(Device::kCuda));
+    std::vector<float> logits(static_cast<size_t>(V));
+    ASSERT_TRUE(s.feed(prompt.data(), T, nullptr, logits.data()).ok());
     std::vector<int32_t> gen;
-    for (int i = 0; i < n; ++i) gen.push_back(argmax(got.data() + (T - 1 + i) * V, V));
+    for (size_t i = 0; i < gen_ref.size(); ++i) {
+      gen.push_back(argmax(logits.data(), V));
+      if (i + 1 < gen_ref.size()) ASSERT_TRUE(s.step(gen.back(), logits.data()).ok());
+    }
     EXPECT_EQ(gen, gen_ref) << "greedy generation differs from transformers";
   }
 }
 
+// f16 KV: the GPU within the fixtures' bound of the CPU. Quantized KV: a quantized row can round
+// to the other level when K differs in the last bit, so the two backends are compared by their
+// fidelity: each one's distance from the CPU's f16 logits must be the same to within 25%.
 TEST_P(CudaBackendTest, AgreesWithCpuBackend) {
   const int64_t V = model_->config().vocab_size;
-  const std::vector<int32_t> prompt = random_prompt(150, V, 7);
-  for (DType kv : {DType::kF16, DType::kQ8_0, DType::kQ4_0}) {
+  const std::vector<int32_t> prompt = random_prompt(150, V, 7), steps = random_prompt(5, V, 8);
+  const std::vector<float> cpu_f16 = run(*model_, options(Device::kCpu), prompt, steps);
+  const std::vector<float> gpu_f16 = run(*model_, options(Device::kCuda), prompt, steps);
+  const double err = rel_rms(gpu_f16, cpu_f16);
+  EXPECT_LT(err, 5e-3);
+  std::printf("[ %s kv=f16 ] rel_rms cuda vs cpu %.3g\n", GetParam().c_str(), err);
+  for (DType kv : {DType::kQ8_0, DType::kQ4_0}) {
     if (!kv_type_supported(kv, model_->config().head_dim)) continue;
-    const std::vector<float> cpu = run(*model_, options(Device::kCpu, kv), prompt, 5);
-    const std::vector<float> gpu = run(*model_, options(Device::kCuda, kv), prompt, 5);
-    const double err = rel_rms(gpu, cpu);
-    EXPECT_LT(err, 5e-3) << dtype_name(kv);
-    std::printf("[ %s kv=%s ] rel_rms cuda vs cpu %.3g\n", GetParam().c_str(), dtype_name(kv), err);
+    const double d_cpu = rel_rms(run(*model_, options(Device::kCpu, kv), prompt, steps), cpu_f16);
+    const double d_gpu = rel_rms(run(*model_, options(Device::kCuda, kv), prompt, steps), cpu_f16);
+    EXPECT_LT(d_gpu, 1.25 * d_cpu + 1e-4) << dtype_name(kv);
+    EXPECT_GT(d_gpu, 0.75 * d_cpu - 1e-4) << dtype_name(kv);
+    std::printf("[ %s kv=%s ] rel_rms vs cpu f16: cpu %.3g, cuda %.3g\n", GetParam().c_str(), dtype_name(kv), d_cpu,
+                d_gpu);
   }
 }
 
 TEST_P(CudaBackendTest, RunToRunBitIdentical) {
   const std::vector<int32_t> prompt = random_prompt(100, model_->config().vocab_size, 11);
-  EXPECT_TRUE(same_bits(run(*model_, options(Device::kCuda), prompt, 6), run(*model_, options(Device::kCuda), prompt, 6)));
+  const std::vector<int32_t> steps = random_prompt(6, model_->config().vocab_size, 12);
+  EXPECT_TRUE(same_bits(run(*model_, options(Device::kCuda), prompt, steps), run(*model_, options(Device::kCuda), prompt, steps)));
 }
 
 TEST_P(CudaBackendTest, PrefillSplitInvariantAtChunkMultiples) {
   const std::vector<int32_t> prompt = random_prompt(300, model_->config().vocab_size, 13);
-  const std::vector<float> whole = run(*model_, options(Device::kCuda, DType::kF16, 512), prompt, 3);
-  EXPECT_TRUE(same_bits(whole, run(*model_, options(Device::kCuda, DType::kF16, 64), prompt, 3)));
-  EXPECT_TRUE(same_bits(whole, run(*model_, options(Device::kCuda, DType::kF16, 128), prompt, 3)));
+  const std::vector<int32_t> steps = random_prompt(3, model_->config().vocab_size, 14);
+  const std::vector<float> whole = run(*model_, options(Device::kCuda, DType::kF16, 512), prompt, steps);
+  EXPECT_TRUE(same_bits(whole, run(*model_, options(Device::kCuda, DType::kF16, 64), prompt, steps)));
+  EXPECT_TRUE(same_bits(whole, run(*model_, options(Device::kCuda, DType::kF16, 128), prompt, steps)));
 }
 
 TEST_P(CudaBackendTest, VerifyEqualsSteps) {

@@ -28,12 +28,14 @@ while [ $# -gt 0 ]; do
 done
 mkdir -p "$OUT"
 ROWS=()
+TEST_TIMEOUT=${TEST_TIMEOUT:-300}
 row() { ROWS+=("| $1 | $2 | $3 | $4 |"); }
 step() {  # step NAME LIMIT_S LOG CMD...: runs CMD with a time limit, records status and time
   local name=$1 limit=$2 log=$3; shift 3
-  local t0=$(date +%s.%N) rc
+  local t0=$(date +%s%N) rc
   timeout "$limit" "$@" > "$OUT/$log" 2>&1; rc=$?
-  local dt=$(printf '%.1f' "$(echo "$(date +%s.%N) - $t0" | bc)")
+  local ms=$((($(date +%s%N) - t0) / 1000000))
+  local dt="$((ms / 1000)).$(((ms % 1000) / 100))"
   STEP_RC=$rc
   STEP_T=$dt
   [ $rc -eq 124 ] && echo "($name: timed out after ${limit}s)" >> "$OUT/$log"
@@ -54,10 +56,10 @@ if [ $STEP_RC -ne 0 ]; then tail -40 "$OUT/build.log"; fi
 for t in $TESTS; do
   [ -x "$BUILD/$t" ] || { row "$t" "not built" - -; continue; }
   step "$t" 300 "$t.log" "$BUILD/$t" --gtest_color=no
-  passed=$(grep -c '^\[       OK \]' "$OUT/$t.log"); failed=$(grep -c '^\[  FAILED  \] [A-Za-z]' "$OUT/$t.log")
+  passed=$(grep -c '^\[       OK \]' "$OUT/$t.log"); failed=$(grep -cE '^\[  FAILED  \] .* \([0-9]+ ms\)$' "$OUT/$t.log")
   skipped=$(grep -c '^\[  SKIPPED \]' "$OUT/$t.log")
   row "$t" "$([ $STEP_RC -eq 0 ] && echo ok || echo FAIL)" "${STEP_T}s" "$passed passed, $failed failed, $skipped skipped"
-  grep -E '^\[  FAILED  \] [A-Za-z]' "$OUT/$t.log" | sort -u | head -20
+  grep -E '^\[  FAILED  \] [A-Za-z]' "$OUT/$t.log" | sort -u | head -20 >&2
 done
 
 if [ $TESTS_ONLY -eq 0 ]; then
@@ -79,5 +81,6 @@ fi
   printf '%s\n' "${ROWS[@]}"
   echo
   for t in $TESTS; do grep -hE '^\[ .* \] rel_rms' "$OUT/$t.log" 2>/dev/null; done
+  for b in $BENCHES; do [ -f "$OUT/$b.log" ] && { echo; echo "### $b"; tail -40 "$OUT/$b.log"; }; done
   [ -f "$OUT/bench_cuda/report.md" ] && { echo; cat "$OUT/bench_cuda/report.md"; }
 } | tee "$OUT/summary.md"
