@@ -47,8 +47,8 @@ GPU=$(head -1 "$OUT/gpu.txt")
 
 step configure 120 configure.log cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_DEPS_DIR="$DEPS"
 row configure "$([ $STEP_RC -eq 0 ] && echo ok || echo FAIL)" "${STEP_T}s" "$GPU"
-TESTS=$(ls tests/*_cuda_test.cu 2>/dev/null | xargs -rn1 basename | sed 's/\.cu$//')
-BENCHES=$(ls tools/*_cuda_bench.cu 2>/dev/null | xargs -rn1 basename | sed 's/\.cu$//')
+TESTS=$(ls tests/*_cuda_test.cu 2>/dev/null | xargs -rn1 basename | sed 's/\.cu$//' | tr '\n' ' ')
+BENCHES=$(ls tools/*_cuda_bench.cu 2>/dev/null | xargs -rn1 basename | sed 's/\.cu$//' | tr '\n' ' ')
 step build 300 build.log ninja -C "$BUILD" -j"$JOBS" weft_cli $TESTS $BENCHES
 row build "$([ $STEP_RC -eq 0 ] && echo ok || echo FAIL)" "${STEP_T}s" "weft_cli $TESTS $BENCHES"
 if [ $STEP_RC -ne 0 ]; then tail -40 "$OUT/build.log"; fi
@@ -57,7 +57,7 @@ for t in $TESTS; do
   [ -x "$BUILD/$t" ] || { row "$t" "not built" - -; continue; }
   step "$t" 300 "$t.log" "$BUILD/$t" --gtest_color=no
   passed=$(grep -c '^\[       OK \]' "$OUT/$t.log"); failed=$(grep -cE '^\[  FAILED  \] .* \([0-9]+ ms\)$' "$OUT/$t.log")
-  skipped=$(grep -c '^\[  SKIPPED \]' "$OUT/$t.log")
+  skipped=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$OUT/$t.log")
   row "$t" "$([ $STEP_RC -eq 0 ] && echo ok || echo FAIL)" "${STEP_T}s" "$passed passed, $failed failed, $skipped skipped"
   grep -E '^\[  FAILED  \] [A-Za-z]' "$OUT/$t.log" | sort -u | head -20 >&2
 done
