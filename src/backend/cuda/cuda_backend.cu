@@ -83,7 +83,7 @@ struct DeviceArray {
 // Host arrays uploaded per call, one device array per purpose.
 enum class Up : int {
   kIds, kPositions, kInvFreq, kRows, kKvPages, kAttnPages, kExpertBegin, kSortedSlot, kSlotPos, kSlotWeight,
-  kSlotExpert, kCount
+  kSlotExpert, kGroups, kCount
 };
 
 // WEFT_CUDA_PROFILE=1: every op synchronises the stream after it and adds its wall time (launch +
@@ -217,15 +217,45 @@ class CudaBackend final : public Backend {
   void grouped_matmul(const MoeRouting& r, const GroupedMatmul* jobs, int64_t n_jobs) override {
     WEFT_OP("grouped_matmul");
     // The routing is the one moe_route returned last; its host copy says which experts have rows.
+    // Every (projection, expert with rows) pair becomes one group of a single launch.
     const std::vector<int32_t>& begin = routing_.expert_begin;
+    std::vector<cuda::MatmulGroup>& groups = group_staging_;
+    groups.clear();
+    int64_t max_n = 0, max_t = 0;
+    bool vec = true, one_type = true;
+    const DType type = n_jobs > 0 && r.n_experts > 0 ? jobs[0].w[0].dtype : DType::kBF16;
     for (int64_t j = 0; j < n_jobs; ++j)
       for (int64_t e = 0; e < r.n_experts; ++e) {
         const int64_t b = begin[size_t(e)], n = begin[size_t(e) + 1] - b;
         if (n == 0) continue;
         const Matrix& m = jobs[j].w[e];
-        cuda::matmul(m.dtype, w(m.data), m.row_bytes(), m.rows, m.cols, jobs[j].x + b * jobs[j].ldx, jobs[j].ldx, n,
-                     jobs[j].y + b * jobs[j].ldy, jobs[j].ldy, stream_);
+        cuda::MatmulGroup g;
+        g.w = w(m.data);
+        g.row_bytes = m.row_bytes();
+        g.N = m.rows;
+        g.K = m.cols;
+        g.x = jobs[j].x + b * jobs[j].ldx;
+        g.ldx = jobs[j].ldx;
+        g.T = n;
+        g.y = jobs[j].y + b * jobs[j].ldy;
+        g.ldy = jobs[j].ldy;
+        groups.push_back(g);
+        max_n = std::max(max_n, g.N);
+        max_t = std::max(max_t, n);
+        vec = vec && cuda::matmul_vec_ok(g.w, g.row_bytes, g.K, g.x, g.ldx);
+        one_type = one_type && m.dtype == type;
       }
+    if (!one_type) {  // experts of mixed types: one launch per group
+      for (int64_t j = 0, i = 0; j < n_jobs; ++j)
+        for (int64_t e = 0; e < r.n_experts; ++e) {
+          if (begin[size_t(e) + 1] == begin[size_t(e)]) continue;
+          const cuda::MatmulGroup& g = groups[size_t(i++)];
+          cuda::matmul(jobs[j].w[e].dtype, g.w, g.row_bytes, g.N, g.K, g.x, g.ldx, g.T, g.y, g.ldy, stream_);
+        }
+      return;
+    }
+    const cuda::MatmulGroup* dev = upload(Up::kGroups, groups.data(), int64_t(groups.size()));
+    cuda::grouped_matmul(type, dev, int64_t(groups.size()), max_n, max_t, vec, stream_);
   }
 
   // ---- Attention ----
@@ -361,6 +391,7 @@ class CudaBackend final : public Backend {
   std::vector<float> router_host_;
   std::vector<const uint8_t*> page_staging_;
   std::vector<AttentionCall> call_staging_;
+  std::vector<cuda::MatmulGroup> group_staging_;
 };
 
 }  // namespace

@@ -36,14 +36,14 @@ __device__ __forceinline__ void load_w8(const uint8_t* row, int64_t k, float* ou
 }
 
 // VEC: weights and activations aligned for 16-byte loads and K % 8 == 0 (same order as scalar).
+// One block's tile: weight rows from block bx, tokens from block by.
 template <DType D, bool VEC>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    matmul_kernel(const uint8_t* w, size_t row_bytes, int64_t N, int64_t K, const float* x, int64_t ldx, int64_t T,
-                  float* y, int64_t ldy) {
+__device__ __forceinline__ void matmul_tile(const uint8_t* w, size_t row_bytes, int64_t N, int64_t K, const float* x,
+                                            int64_t ldx, int64_t T, float* y, int64_t ldy, unsigned bx, unsigned by) {
   const int lane = threadIdx.x % 32;
-  const int64_t n0 = (int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32) * kRowsPerWarp;
-  const int64_t t0 = int64_t(blockIdx.y) * kTokensPerPass;
-  if (n0 >= N) return;
+  const int64_t n0 = (int64_t(bx) * kWarpsPerBlock + threadIdx.x / 32) * kRowsPerWarp;
+  const int64_t t0 = int64_t(by) * kTokensPerPass;
+  if (n0 >= N || t0 >= T) return;
   const int n_rows = int(N - n0 < kRowsPerWarp ? N - n0 : kRowsPerWarp);
   const int n_tok = int(T - t0 < kTokensPerPass ? T - t0 : kTokensPerPass);
   const uint8_t* rows[kRowsPerWarp];
@@ -98,13 +98,26 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     }
 }
 
+template <DType D, bool VEC>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    matmul_kernel(const uint8_t* w, size_t row_bytes, int64_t N, int64_t K, const float* x, int64_t ldx, int64_t T,
+                  float* y, int64_t ldy) {
+  matmul_tile<D, VEC>(w, row_bytes, N, K, x, ldx, T, y, ldy, blockIdx.x, blockIdx.y);
+}
+
+// blockIdx.z picks the group; blocks past a group's own N or T return at once.
+template <DType D, bool VEC>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) grouped_matmul_kernel(const MatmulGroup* groups) {
+  const MatmulGroup g = groups[blockIdx.z];
+  matmul_tile<D, VEC>(static_cast<const uint8_t*>(g.w), g.row_bytes, g.N, g.K, g.x, g.ldx, g.T, g.y, g.ldy, blockIdx.x,
+                      blockIdx.y);
+}
+
 template <DType D>
 void launch(const void* w, size_t row_bytes, int64_t N, int64_t K, const float* x, int64_t ldx, int64_t T, float* y,
             int64_t ldy, cudaStream_t stream) {
   const dim3 grid(blocks_for(N, kWarpsPerBlock * kRowsPerWarp), unsigned((T + kTokensPerPass - 1) / kTokensPerPass));
-  const size_t wa = D == DType::kF32 ? 16 : 16;
-  const bool vec = K % 8 == 0 && reinterpret_cast<uintptr_t>(w) % wa == 0 && row_bytes % wa == 0 &&
-                   reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
+  const bool vec = matmul_vec_ok(w, row_bytes, K, x, ldx);
   const uint8_t* wb = static_cast<const uint8_t*>(w);
   if (vec) matmul_kernel<D, true><<<grid, kWarpsPerBlock * 32, 0, stream>>>(wb, row_bytes, N, K, x, ldx, T, y, ldy);
   else matmul_kernel<D, false><<<grid, kWarpsPerBlock * 32, 0, stream>>>(wb, row_bytes, N, K, x, ldx, T, y, ldy);
@@ -112,6 +125,30 @@ void launch(const void* w, size_t row_bytes, int64_t N, int64_t K, const float* 
 }
 
 }  // namespace
+
+bool matmul_vec_ok(const void* w, size_t row_bytes, int64_t K, const float* x, int64_t ldx) {
+  return K % 8 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0 && row_bytes % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
+}
+
+void grouped_matmul(DType dtype, const MatmulGroup* groups, int64_t n_groups, int64_t max_N, int64_t max_T, bool vec,
+                    cudaStream_t stream) {
+  if (n_groups == 0 || max_N == 0 || max_T == 0) return;
+  const dim3 grid(blocks_for(max_N, kWarpsPerBlock * kRowsPerWarp), unsigned((max_T + kTokensPerPass - 1) / kTokensPerPass),
+                  unsigned(n_groups));
+  const unsigned threads = kWarpsPerBlock * 32;
+#define WEFT_GROUPED(D)                                                                            \
+  (vec ? grouped_matmul_kernel<D, true><<<grid, threads, 0, stream>>>(groups)                       \
+       : grouped_matmul_kernel<D, false><<<grid, threads, 0, stream>>>(groups))
+  switch (dtype) {
+    case DType::kF32: WEFT_GROUPED(DType::kF32); break;
+    case DType::kF16: WEFT_GROUPED(DType::kF16); break;
+    case DType::kBF16: WEFT_GROUPED(DType::kBF16); break;
+    default: check(cudaErrorInvalidValue, "grouped_matmul: weight type not yet on CUDA");
+  }
+#undef WEFT_GROUPED
+  WEFT_CUDA_LAUNCHED();
+}
 
 bool matmul_supports(DType dtype) { return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16; }
 

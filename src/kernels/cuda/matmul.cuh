@@ -18,6 +18,26 @@
 
 namespace weft::cuda {
 
+// One product of a grouped launch (all pointers device memory).
+struct MatmulGroup {
+  const void* w = nullptr;
+  size_t row_bytes = 0;
+  int64_t N = 0, K = 0;
+  const float* x = nullptr;
+  int64_t ldx = 0, T = 0;
+  float* y = nullptr;
+  int64_t ldy = 0;
+};
+
+// True when the 16-byte load path applies (it gives the same bits as the scalar path).
+bool matmul_vec_ok(const void* w, size_t row_bytes, int64_t K, const float* x, int64_t ldx);
+// Several products of one weight type in one launch (the MoE experts of a layer): `groups` is a
+// device array; max_N / max_T bound the groups' N and T; vec: matmul_vec_ok holds for every group.
+// Each output element gets exactly the per-element order of `matmul`, so the bits are those of
+// one matmul call per group.
+void grouped_matmul(DType dtype, const MatmulGroup* groups, int64_t n_groups, int64_t max_N, int64_t max_T, bool vec,
+                    cudaStream_t stream);
+
 // True for the weight types this kernel takes.
 bool matmul_supports(DType dtype);
 // w: [N, K] rows of row_bytes bytes (device); x: T rows, ldx floats apart; y: T rows, ldy apart.
