@@ -283,6 +283,8 @@ TEST(AttentionCuda, DecodeMatchesCpuEveryType) {
     check_case({2100, 256, 2, 8, 256, t, t}, 1, rng);
     check_case({1299, 128, 2, 16, 64, t, t}, 1, rng);
     check_case({513, 64, 3, 2, 96, t, t}, 1, rng);
+    check_case({4700, 256, 2, 8, 256, t, t}, 1, rng);    // two fold groups of 16 splits
+    check_case({40001, 128, 2, 8, 256, t, t}, 1, rng);   // blocks walk several splits
   }
   // Mixed K/V types.
   check_case({700, 128, 2, 4, 64, DType::kQ8_0, DType::kF16}, 1, rng);
@@ -300,6 +302,7 @@ TEST(AttentionCuda, VerifyAndPrefillMatchCpu) {
     check_case({300, 128, 2, 8, 32, t, t}, 16, rng);   // 128 rows: the prefill path
     check_case({211, 64, 1, 4, 32, t, t}, 211, rng);   // prefill from position 0
     check_case({1030, 256, 2, 8, 256, t, t}, 77, rng);
+    check_case({4400, 128, 2, 8, 64, t, t}, 20, rng);  // prefill over two fold groups
   }
 }
 
@@ -317,7 +320,7 @@ TEST(AttentionCuda, VerifyAndPrefillRowsEqualDecodeBits) {
   std::mt19937_64 rng(test_seed() + 4);
   for (DType t : kTypes)
     for (int64_t T : {5, 100}) {
-      const Case c{900, 256, 2, 8, 256, t, t};
+      const Case c{t == DType::kQ8_0 ? 40000 : 4700, 256, 2, 8, 256, t, t};  // 2 and 10 fold groups
       auto L = make_layer(c.ctx, c.n_kv, c.hd, t, t, c.page_tokens, rng);
       const int64_t n_heads = 16, pos0 = c.ctx - T, row = n_heads * c.hd;
       const auto q = random_q(T, n_heads, c.hd, rng);
