@@ -26,6 +26,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_quant.h"
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_kernels.cuh"
 
 namespace weft {
 namespace {
@@ -43,6 +44,19 @@ bool have_gpu() {
 void ck(cudaError_t e) {
   if (e != cudaSuccess) throw std::runtime_error(cudaGetErrorString(e));
 }
+
+// WEFT_CUDA_ATTN_NARROW=1 runs everything with the four-warp launch shape (results must not
+// depend on the launch shape; the GPU script runs both).
+const bool kNarrow = [] {
+  const char* e = std::getenv("WEFT_CUDA_ATTN_NARROW");
+  if (e && *e == '1') {
+    cuda::detail::SplitTuning t = cuda::detail::split_tuning();
+    t.wide = false;
+    cuda::detail::set_split_tuning(t);
+    return true;
+  }
+  return false;
+}();
 
 uint64_t test_seed() {
   static const uint64_t seed = [] {
@@ -363,7 +377,30 @@ TEST(AttentionCuda, DeterministicAndBatchInvariant) {
     ck(cudaDeviceSynchronize());
     const auto batched = download(oa.as<float>(), qa.size());
     EXPECT_EQ(std::memcmp(alone1.data(), batched.data(), alone1.size() * 4), 0) << type_name(t) << ": in a batch";
+
+    // The pipeline depth and the splits a block walks never change a bit.
+    const cuda::detail::SplitTuning saved = cuda::detail::split_tuning();
+    cuda::detail::SplitTuning other = saved;
+    other.max_stages = 2;
+    other.blocks_per_sm = 1;
+    other.smem_target = 220 * 1024;
+    cuda::detail::set_split_tuning(other);
+    const auto reshaped = gpu_attention(*A, qa, 1, 3000, 16);
+    cuda::detail::set_split_tuning(saved);
+    EXPECT_EQ(std::memcmp(alone1.data(), reshaped.data(), alone1.size() * 4), 0) << type_name(t) << ": launch shape";
   }
+  // A deep call: blocks walk 2 (default) or 3 splits (one block per SM).
+  auto D = make_layer(40001, 2, 128, DType::kQ4_0, DType::kQ4_0, 256, rng);
+  const auto qd = random_q(1, 16, 128, rng);
+  const auto base = gpu_attention(*D, qd, 1, 40000, 16);
+  const cuda::detail::SplitTuning saved = cuda::detail::split_tuning();
+  cuda::detail::SplitTuning other = saved;
+  other.blocks_per_sm = 1;
+  other.max_stages = 3;
+  cuda::detail::set_split_tuning(other);
+  const auto reshaped = gpu_attention(*D, qd, 1, 40000, 16);
+  cuda::detail::set_split_tuning(saved);
+  EXPECT_EQ(std::memcmp(base.data(), reshaped.data(), base.size() * 4), 0) << "deep call: launch shape";
 }
 
 TEST(AttentionCuda, BadCallsThrow) {

@@ -41,11 +41,8 @@ namespace weft::cuda::detail {
 namespace {
 
 constexpr int kTileKeys = 32;    // keys per tile (= lanes of the softmax warp)
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
 constexpr int kMaxCallsPerLaunch = 16;
 constexpr int kMaxRowsPartial = 64;         // rows of one kv head a split-partial call may have
-constexpr size_t kSmemTarget = 113 * 1024;  // two blocks per SM
 constexpr int kMergeWarps = 32;             // groups folded side by side by one merge block
 
 // ---- Call descriptors (kernel parameters by value: no host->device copies, graph-capturable) ----
@@ -78,8 +75,8 @@ struct Layout {
   size_t raw_k_tile, raw_v_tile, f_tile;
 };
 
-__host__ __device__ inline Layout make_layout(int hd, int mt, bool fold_in_block, int k_type, int v_type,
-                                              int k_rb, int v_rb, int stages) {
+__host__ __device__ inline Layout make_layout(int hd, int mt, int warps, bool fold_in_block, int k_type,
+                                              int v_type, int k_rb, int v_rb, int stages) {
   const size_t rb = size_t(rows_per_block(mt)), qstr = size_t(hd + 8);
   Layout L{};
   size_t o = 0;
@@ -90,7 +87,7 @@ __host__ __device__ inline Layout make_layout(int hd, int mt, bool fold_in_block
   };
   L.q_hi = take(rb * qstr * 2);
   L.q_lo = take(rb * qstr * 2);
-  L.s_part = take(size_t(kWarps) * rb * (kTileKeys + 4) * 4);
+  L.s_part = take(size_t(warps) * rb * (kTileKeys + 4) * 4);
   L.p_hi = take(rb * (kTileKeys + 8) * 2);
   L.p_lo = take(rb * (kTileKeys + 8) * 2);
   L.stat = take(7 * rb * 4);  // m_run, l_run, alpha, m_grp, l_grp, m_tot, l_tot
@@ -197,7 +194,7 @@ __device__ __forceinline__ void store_block(uint16_t* dst, const uint32_t* v) { 
 // (row bytes are multiples of 4 for head_dim % 64 == 0), read as words.
 __device__ void dequant_tile(const uint8_t* raw, int type, int rbytes, int hd, int valid, uint16_t* f) {
   const int pairs = hd / 64, n = kTileKeys * pairs;
-  for (int it = threadIdx.x; it < n; it += kThreads) {
+  for (int it = threadIdx.x; it < n; it += blockDim.x) {
     const int row = it / pairs, pair = it % pairs;
     uint16_t* dst = f + size_t(row) * (hd + 8) + pair * 64;
     uint32_t v0[16], v1[16];
@@ -266,7 +263,7 @@ __device__ void issue_tile(const Block& b, int hd, int64_t k0, int slot) {
       // Straight into the padded f16 tile; rows past the keys are zero-filled.
       uint8_t* dst = b.smem + (which ? b.L.v_f : b.L.k_f) + size_t(slot) * b.L.f_tile;
       const int per_row = hd / 8, n = kTileKeys * per_row;
-      for (int ch = threadIdx.x; ch < n; ch += kThreads) {
+      for (int ch = threadIdx.x; ch < n; ch += blockDim.x) {
         const int row = ch / per_row, col = ch % per_row;
         const bool ok = row < valid;
         cp_async16(dst + size_t(row) * (hd + 8) * 2 + col * 16, ok ? src + size_t(ch) * 16 : page, ok ? 16 : 0);
@@ -278,7 +275,7 @@ __device__ void issue_tile(const Block& b, int hd, int64_t k0, int slot) {
       uint8_t* dst = b.smem + (which ? b.L.v_raw : b.L.k_raw) + size_t(slot) * tile;
       const int rbytes = which ? c.v_row_bytes : c.k_row_bytes;
       const int n = kTileKeys * rbytes / 16;
-      for (int ch = threadIdx.x; ch < n; ch += kThreads) cp_async16(dst + ch * 16, src + size_t(ch) * 16, 16);
+      for (int ch = threadIdx.x; ch < n; ch += blockDim.x) cp_async16(dst + ch * 16, src + size_t(ch) * 16, 16);
     }
   }
 }
@@ -290,12 +287,15 @@ __device__ __forceinline__ int find_call(const SplitLaunch& l, int bid) {
   return c;
 }
 
-template <int HD, int MT, bool FOLD>
-__global__ void __launch_bounds__(kThreads) split_kernel(const __grid_constant__ SplitLaunch launch) {
+template <int HD, int MT, bool FOLD, int WARPS>
+__global__ void __launch_bounds__(32 * WARPS) split_kernel(const __grid_constant__ SplitLaunch launch) {
   extern __shared__ __align__(16) uint8_t smem[];
   constexpr int RB = 16 * MT, QSTR = HD + 8, PSTR = kTileKeys + 8, SSTR = kTileKeys + 4;
-  constexpr int KS_W = HD / 4 / 16;  // k-steps of 16 dims per warp (QK)
-  constexpr int NT_W = HD / 4 / 8;   // n-tiles of 8 dims per warp (PV)
+  constexpr int THREADS = 32 * WARPS;
+  constexpr int DW = HD / WARPS;     // head_dim slice of one warp (QK and PV)
+  constexpr int KS_W = DW / 16;      // k-steps of 16 dims per warp (QK)
+  constexpr int NT_W = DW / 8;       // n-tiles of 8 dims per warp (PV)
+  static_assert(DW % 16 == 0 && RB % WARPS == 0, "warp slices");
   const int bid = int(blockIdx.x);
   const SplitCall& c = launch.calls[find_call(launch, bid)];
   const int local = bid - c.block_begin;
@@ -325,7 +325,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const __grid_constant__
     s_end = min(s_begin + c.splits_per_block, n_splits_block);
     if (s_begin >= s_end) return;  // no keys here for any row of the block
   }
-  b.L = make_layout(HD, MT, FOLD, c.k_type, c.v_type, c.k_row_bytes, c.v_row_bytes, c.stages);
+  b.L = make_layout(HD, MT, WARPS, FOLD, c.k_type, c.v_type, c.k_row_bytes, c.v_row_bytes, c.stages);
   const Layout& L = b.L;
   const bool q_lo_on = c.k_type == kKvF16, p_lo_on = c.v_type == kKvF16;
 
@@ -359,11 +359,11 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const __grid_constant__
   // batch in flight before any is used.
   {
     constexpr int V4 = RB * HD / 4, BATCH = 8;
-    for (int base = 0; base < V4; base += BATCH * kThreads) {
+    for (int base = 0; base < V4; base += BATCH * THREADS) {
       float4 x[BATCH];
 #pragma unroll
       for (int u = 0; u < BATCH; ++u) {
-        const int i = base + u * kThreads + tid, r = (i * 4) / HD, d = (i * 4) % HD, row = r_first + r;
+        const int i = base + u * THREADS + tid, r = (i * 4) / HD, d = (i * 4) % HD, row = r_first + r;
         x[u] = make_float4(0.f, 0.f, 0.f, 0.f);
         if (i < V4 && row < b.rows) {
           const int t = row / c.group, h = b.g * c.group + row % c.group;
@@ -372,7 +372,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const __grid_constant__
       }
 #pragma unroll
       for (int u = 0; u < BATCH; ++u) {
-        const int i = base + u * kThreads + tid, r = (i * 4) / HD, d = (i * 4) % HD;
+        const int i = base + u * THREADS + tid, r = (i * 4) / HD, d = (i * 4) % HD;
         if (i >= V4) continue;
         const float xs[4] = {x[u].x, x[u].y, x[u].z, x[u].w};
 #pragma unroll
@@ -390,7 +390,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const __grid_constant__
     const int64_t k0 = kb + int64_t(j) * kTileKeys;
     const int s = int(k0 / kAttnSplitKeys);
     if (k0 % kAttnSplitKeys == 0) {  // a split starts: fresh softmax state
-      for (int r = tid; r < RB; r += kThreads) {
+      for (int r = tid; r < RB; r += THREADS) {
         m_run[r] = -INFINITY;
         l_run[r] = 0.0f;
       }
@@ -416,7 +416,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const __grid_constant__
     else vf += size_t(slot) * L.f_tile / 2;
     if (is_quant(c.k_type) || is_quant(c.v_type)) __syncthreads();
 
-    // ---- scores: warp `warp` multiplies dims [warp·HD/4, (warp+1)·HD/4) for all 32 keys ----
+    // ---- scores: warp `warp` multiplies dims [warp·DW, (warp+1)·DW) for all 32 keys ----
     {
       float acc[MT][4][4];
 #pragma unroll
@@ -429,7 +429,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const __grid_constant__
       const int b_key = (lane / 16) * 8 + lane % 8, b_col = ((lane / 8) % 2) * 8;    // B pairs of n-tiles
 #pragma unroll
       for (int ks = 0; ks < KS_W; ++ks) {
-        const int d0 = warp * (HD / 4) + ks * 16;
+        const int d0 = warp * DW + ks * 16;
         uint32_t bk[4][2];
 #pragma unroll
         for (int ntp = 0; ntp < 2; ++ntp) {
@@ -467,10 +467,17 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const __grid_constant__
 
     // ---- online softmax: warp per row, lane per key ----
 #pragma unroll
-    for (int rr = 0; rr < RB / kWarps; ++rr) {
-      const int r = warp + rr * kWarps;
-      const float* sp = s_part + r * SSTR + lane;
-      const float dot = (sp[0] + sp[RB * SSTR]) + (sp[2 * RB * SSTR] + sp[3 * RB * SSTR]);
+    for (int rr = 0; rr < RB / WARPS; ++rr) {
+      const int r = warp + rr * WARPS;
+      // The warps' partial dots, added in a fixed pairwise tree.
+      float part[WARPS];
+#pragma unroll
+      for (int w = 0; w < WARPS; ++w) part[w] = s_part[(w * RB + r) * SSTR + lane];
+#pragma unroll
+      for (int step = 1; step < WARPS; step *= 2)
+#pragma unroll
+        for (int w = 0; w + step < WARPS; w += 2 * step) part[w] += part[w + step];
+      const float dot = part[0];
       float sc = __fmul_rn(dot, c.scale);
       if (k0 + lane >= row_keys(b, r_first + r)) sc = -INFINITY;
       float mx = sc;
@@ -496,7 +503,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const __grid_constant__
     }
     __syncthreads();
 
-    // ---- P·V: warp `warp` owns output dims [warp·HD/4, (warp+1)·HD/4) ----
+    // ---- P·V: warp `warp` owns output dims [warp·DW, (warp+1)·DW) ----
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       const float a0 = alpha_s[mt * 16 + gid], a1 = alpha_s[mt * 16 + gid + 8];
@@ -517,7 +524,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const __grid_constant__
 #pragma unroll
         for (int ntp = 0; ntp < NT_W / 2; ++ntp) {
           uint32_t r4[4];
-          ldsm_x4_trans(r4, vf + (kk * 16 + v_key) * QSTR + warp * (HD / 4) + ntp * 16 + v_col);
+          ldsm_x4_trans(r4, vf + (kk * 16 + v_key) * QSTR + warp * DW + ntp * 16 + v_col);
           bv[2 * ntp][0] = r4[0];
           bv[2 * ntp][1] = r4[1];
           bv[2 * ntp + 1][0] = r4[2];
@@ -553,7 +560,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const __grid_constant__
           float* dst = c.part + ((int64_t(t) * c.n_heads + h) * c.n_splits + s) * (HD + 2);
 #pragma unroll
           for (int nt = 0; nt < NT_W; ++nt) {
-            const int d = warp * (HD / 4) + nt * 8 + 2 * tig;
+            const int d = warp * DW + nt * 8 + 2 * tig;
             *reinterpret_cast<float2*>(dst + d) = make_float2(o[mt][nt][2 * half], o[mt][nt][2 * half + 1]);
           }
           if (warp == 0 && tig == 0) {
@@ -590,7 +597,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const __grid_constant__
           for (int nt = 0; nt < NT_W; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-              const int i = r * HD + warp * (HD / 4) + nt * 8 + 2 * tig + e;
+              const int i = r * HD + warp * DW + nt * 8 + 2 * tig + e;
               const float x = o[mt][nt][2 * half + e];
               const float gv = grp_first ? x : fold_value(acc_grp[i], ga, x, gb);
               acc_grp[i] = gv;
@@ -620,7 +627,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const __grid_constant__
   cp_async_wait(0);
 
   if (FOLD) {
-    for (int i = tid; i < RB * HD; i += kThreads) {
+    for (int i = tid; i < RB * HD; i += THREADS) {
       const int r = i / HD, d = i % HD, row = r_first + r;
       if (row >= b.rows) continue;
       const int t = row / c.group, h = b.g * c.group + row % c.group;
@@ -710,16 +717,18 @@ __global__ void __launch_bounds__(32 * kMergeWarps) merge_kernel(const __grid_co
 
 // ---- Host side ----
 
+SplitTuning g_tuning;
+
 struct Config {
-  int hd, mt;
+  int hd, mt, warps;
   bool fold;
-  bool operator==(const Config& o) const { return hd == o.hd && mt == o.mt && fold == o.fold; }
+  bool operator==(const Config& o) const { return hd == o.hd && mt == o.mt && warps == o.warps && fold == o.fold; }
 };
 
 Config config_of(const AttentionCall& call) {
   const int group = int(call.args.n_heads / call.kv.n_kv_heads);
   const int64_t rows = call.args.T * group;
-  Config cfg{int(call.kv.head_dim), 1, false};
+  Config cfg{int(call.kv.head_dim), 1, g_tuning.wide && call.kv.head_dim == 256 ? 8 : 4, false};
   if (rows > kMaxRowsPartial) cfg.fold = true;  // prefill: fold in-block, no partials
   else cfg.mt = rows <= 16 ? 1 : rows <= 32 ? 2 : 4;
   return cfg;
@@ -729,13 +738,13 @@ int64_t n_splits_of(const AttentionCall& call) {
   return (call.args.pos0 + call.args.T + kAttnSplitKeys - 1) / kAttnSplitKeys;
 }
 
-// Pipeline depth: about 32 KiB of a block's tiles in flight, within two blocks per SM.
+// Pipeline depth: about 32 KiB of a block's tiles in flight, within the shared-memory target.
 int stages_of(const AttentionCall& call, const Config& cfg) {
   const int kt = kv_type_of(call.kv.k_type), vt = kv_type_of(call.kv.v_type);
   const size_t raw = size_t(kTileKeys) * (call.kv.k_row_bytes + call.kv.v_row_bytes);
-  int stages = 2 + (raw < 24 * 1024) + (raw < 12 * 1024);
-  while (stages > 2 && make_layout(cfg.hd, cfg.mt, cfg.fold, kt, vt, int(call.kv.k_row_bytes),
-                                   int(call.kv.v_row_bytes), stages).total > kSmemTarget)
+  int stages = std::min(g_tuning.max_stages, 2 + (raw < 24 * 1024) + (raw < 12 * 1024));
+  while (stages > 2 && make_layout(cfg.hd, cfg.mt, cfg.warps, cfg.fold, kt, vt, int(call.kv.k_row_bytes),
+                                   int(call.kv.v_row_bytes), stages).total > g_tuning.smem_target)
     --stages;
   return stages;
 }
@@ -753,38 +762,42 @@ int sm_count() {
 // Consecutive splits one block walks: enough that a long call fills the GPU with about two
 // blocks per SM instead of thousands of short blocks (the result does not depend on it).
 int splits_per_block_of(int64_t blocks_at_one, int64_t n_splits) {
-  const int64_t target = 2 * int64_t(sm_count());
+  const int64_t target = int64_t(g_tuning.blocks_per_sm) * int64_t(sm_count());
   return int(std::max<int64_t>(1, std::min<int64_t>(n_splits, (blocks_at_one + target - 1) / target)));
 }
 
-template <int HD, int MT, bool FOLD>
+template <int HD, int MT, bool FOLD, int WARPS>
 void launch_split(const SplitLaunch& l, int blocks, size_t smem, cudaStream_t stream) {
   static bool configured = false;  // raise the dynamic shared memory limit once per kernel
   if (!configured) {
-    check(cudaFuncSetAttribute(split_kernel<HD, MT, FOLD>, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024),
+    check(cudaFuncSetAttribute(split_kernel<HD, MT, FOLD, WARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               227 * 1024),
           "attention: shared memory limit");
     configured = true;
   }
-  split_kernel<HD, MT, FOLD><<<unsigned(blocks), kThreads, smem, stream>>>(l);
+  split_kernel<HD, MT, FOLD, WARPS><<<unsigned(blocks), 32 * WARPS, smem, stream>>>(l);
 }
 
 void launch_config(const Config& cfg, const SplitLaunch& l, int blocks, size_t smem, cudaStream_t stream) {
-#define WEFT_SPLIT_CASE(HD_, MT_, FOLD_)                                          \
-  if (cfg.hd == HD_ && cfg.mt == MT_ && cfg.fold == FOLD_) {                       \
-    launch_split<HD_, MT_, FOLD_>(l, blocks, smem, stream);                        \
+#define WEFT_SPLIT_CASE(HD_, MT_, FOLD_, W_)                                      \
+  if (cfg.hd == HD_ && cfg.mt == MT_ && cfg.fold == FOLD_ && cfg.warps == W_) {    \
+    launch_split<HD_, MT_, FOLD_, W_>(l, blocks, smem, stream);                    \
     return;                                                                        \
   }
-  WEFT_SPLIT_CASE(64, 1, false) WEFT_SPLIT_CASE(64, 2, false) WEFT_SPLIT_CASE(64, 4, false)
-  WEFT_SPLIT_CASE(64, 1, true)
-  WEFT_SPLIT_CASE(128, 1, false) WEFT_SPLIT_CASE(128, 2, false) WEFT_SPLIT_CASE(128, 4, false)
-  WEFT_SPLIT_CASE(128, 1, true)
-  WEFT_SPLIT_CASE(256, 1, false) WEFT_SPLIT_CASE(256, 2, false) WEFT_SPLIT_CASE(256, 4, false)
-  WEFT_SPLIT_CASE(256, 1, true)
+#define WEFT_SPLIT_CASES(HD_, W_)                                                   \
+  WEFT_SPLIT_CASE(HD_, 1, false, W_) WEFT_SPLIT_CASE(HD_, 2, false, W_)             \
+  WEFT_SPLIT_CASE(HD_, 4, false, W_) WEFT_SPLIT_CASE(HD_, 1, true, W_)
+  WEFT_SPLIT_CASES(64, 4) WEFT_SPLIT_CASES(128, 4) WEFT_SPLIT_CASES(256, 4)  // four warps
+  WEFT_SPLIT_CASES(256, 8)                                                   // a warp per 32 dims
+#undef WEFT_SPLIT_CASES
 #undef WEFT_SPLIT_CASE
   throw std::logic_error("attention: no split kernel for this configuration");
 }
 
 }  // namespace
+
+void set_split_tuning(const SplitTuning& t) { g_tuning = t; }
+SplitTuning split_tuning() { return g_tuning; }
 
 bool split_supports(const AttentionCall& call) {
   const KvLayerView& kv = call.kv;
@@ -849,7 +862,7 @@ void attention_split(const AttentionCall* calls, const size_t* offsets, int64_t 
       sc.block_begin = blocks;
       const int runs = (sc.n_splits + sc.splits_per_block - 1) / sc.splits_per_block;
       blocks += sc.n_kv * sc.n_rowgroups * (cfg.fold ? 1 : runs);
-      smem = std::max(smem, make_layout(cfg.hd, cfg.mt, cfg.fold, sc.k_type, sc.v_type, sc.k_row_bytes,
+      smem = std::max(smem, make_layout(cfg.hd, cfg.mt, cfg.warps, cfg.fold, sc.k_type, sc.v_type, sc.k_row_bytes,
                                         sc.v_row_bytes, sc.stages).total);
       if (!cfg.fold) merge_calls.push_back(i);
       if (l.n_calls == kMaxCallsPerLaunch) flush();
