@@ -768,12 +768,15 @@ int splits_per_block_of(int64_t blocks_at_one, int64_t n_splits) {
 
 template <int HD, int MT, bool FOLD, int WARPS>
 void launch_split(const SplitLaunch& l, int blocks, size_t smem, cudaStream_t stream) {
-  static bool configured = false;  // raise the dynamic shared memory limit once per kernel
-  if (!configured) {
+  // Raise the dynamic shared memory limit once per kernel and device (an attribute per device).
+  static bool configured[64] = {};
+  int dev = 0;
+  check(cudaGetDevice(&dev), "attention: device");
+  if (dev < 0 || dev >= 64 || !configured[dev]) {
     check(cudaFuncSetAttribute(split_kernel<HD, MT, FOLD, WARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                227 * 1024),
           "attention: shared memory limit");
-    configured = true;
+    if (dev >= 0 && dev < 64) configured[dev] = true;
   }
   split_kernel<HD, MT, FOLD, WARPS><<<unsigned(blocks), 32 * WARPS, smem, stream>>>(l);
 }
