@@ -26,6 +26,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_quant.h"
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_kernels.cuh"
 
 namespace weft {
 namespace {
@@ -43,6 +44,19 @@ bool have_gpu() {
 void ck(cudaError_t e) {
   if (e != cudaSuccess) throw std::runtime_error(cudaGetErrorString(e));
 }
+
+// WEFT_CUDA_ATTN_NARROW=1 runs everything with the four-warp launch shape (results must not
+// depend on the launch shape; the GPU script runs both).
+const bool kNarrow = [] {
+  const char* e = std::getenv("WEFT_CUDA_ATTN_NARROW");
+  if (e && *e == '1') {
+    cuda::detail::SplitTuning t = cuda::detail::split_tuning();
+    t.wide = false;
+    cuda::detail::set_split_tuning(t);
+    return true;
+  }
+  return false;
+}();
 
 uint64_t test_seed() {
   static const uint64_t seed = [] {
@@ -283,6 +297,8 @@ TEST(AttentionCuda, DecodeMatchesCpuEveryType) {
     check_case({2100, 256, 2, 8, 256, t, t}, 1, rng);
     check_case({1299, 128, 2, 16, 64, t, t}, 1, rng);
     check_case({513, 64, 3, 2, 96, t, t}, 1, rng);
+    check_case({4700, 256, 2, 8, 256, t, t}, 1, rng);    // two fold groups of 16 splits
+    check_case({40001, 128, 2, 8, 256, t, t}, 1, rng);   // blocks walk several splits
   }
   // Mixed K/V types.
   check_case({700, 128, 2, 4, 64, DType::kQ8_0, DType::kF16}, 1, rng);
@@ -300,6 +316,7 @@ TEST(AttentionCuda, VerifyAndPrefillMatchCpu) {
     check_case({300, 128, 2, 8, 32, t, t}, 16, rng);   // 128 rows: the prefill path
     check_case({211, 64, 1, 4, 32, t, t}, 211, rng);   // prefill from position 0
     check_case({1030, 256, 2, 8, 256, t, t}, 77, rng);
+    check_case({4400, 128, 2, 8, 64, t, t}, 20, rng);  // prefill over two fold groups
   }
 }
 
@@ -317,7 +334,7 @@ TEST(AttentionCuda, VerifyAndPrefillRowsEqualDecodeBits) {
   std::mt19937_64 rng(test_seed() + 4);
   for (DType t : kTypes)
     for (int64_t T : {5, 100}) {
-      const Case c{900, 256, 2, 8, 256, t, t};
+      const Case c{t == DType::kQ8_0 ? 40000 : 4700, 256, 2, 8, 256, t, t};  // 2 and 10 fold groups
       auto L = make_layer(c.ctx, c.n_kv, c.hd, t, t, c.page_tokens, rng);
       const int64_t n_heads = 16, pos0 = c.ctx - T, row = n_heads * c.hd;
       const auto q = random_q(T, n_heads, c.hd, rng);
@@ -360,7 +377,30 @@ TEST(AttentionCuda, DeterministicAndBatchInvariant) {
     ck(cudaDeviceSynchronize());
     const auto batched = download(oa.as<float>(), qa.size());
     EXPECT_EQ(std::memcmp(alone1.data(), batched.data(), alone1.size() * 4), 0) << type_name(t) << ": in a batch";
+
+    // The pipeline depth and the splits a block walks never change a bit.
+    const cuda::detail::SplitTuning saved = cuda::detail::split_tuning();
+    cuda::detail::SplitTuning other = saved;
+    other.max_stages = 2;
+    other.blocks_per_sm = 1;
+    other.smem_target = 220 * 1024;
+    cuda::detail::set_split_tuning(other);
+    const auto reshaped = gpu_attention(*A, qa, 1, 3000, 16);
+    cuda::detail::set_split_tuning(saved);
+    EXPECT_EQ(std::memcmp(alone1.data(), reshaped.data(), alone1.size() * 4), 0) << type_name(t) << ": launch shape";
   }
+  // A deep call: blocks walk 2 (default) or 3 splits (one block per SM).
+  auto D = make_layer(40001, 2, 128, DType::kQ4_0, DType::kQ4_0, 256, rng);
+  const auto qd = random_q(1, 16, 128, rng);
+  const auto base = gpu_attention(*D, qd, 1, 40000, 16);
+  const cuda::detail::SplitTuning saved = cuda::detail::split_tuning();
+  cuda::detail::SplitTuning other = saved;
+  other.blocks_per_sm = 1;
+  other.max_stages = 3;
+  cuda::detail::set_split_tuning(other);
+  const auto reshaped = gpu_attention(*D, qd, 1, 40000, 16);
+  cuda::detail::set_split_tuning(saved);
+  EXPECT_EQ(std::memcmp(base.data(), reshaped.data(), base.size() * 4), 0) << "deep call: launch shape";
 }
 
 TEST(AttentionCuda, BadCallsThrow) {

@@ -3,9 +3,12 @@
 // Reports the bytes the kernel must read (K and V at their storage type) over the kernel time
 // (CUDA events around split + merge, median of repeats, L2 flushed before each repeat), against
 // the device-to-device copy bandwidth measured in the same run ((read + write bytes) / time),
-// as a Markdown table with the q8_0/f16 and q4_0/f16 time ratios.
+// as a Markdown table with the q8_0/f16 and q4_0/f16 time ratios. Every repeat is queued behind
+// its L2 flush before anything is waited for, so the events time the GPU work, not the host's
+// launch overhead (as in a decode step captured in a CUDA graph).
+// --sweep adds a table of launch shapes (cuda::detail::SplitTuning) at 32K and 128K.
 //
-//   attention_cuda_bench [--repeats N] [--max-depth TOKENS] [--verify T]
+//   attention_cuda_bench [--repeats N] [--max-depth TOKENS] [--verify T] [--sweep]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -20,6 +23,7 @@
 
 #include "cache/kv_cache.h"
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_kernels.cuh"
 
 namespace {
 
@@ -45,6 +49,30 @@ __global__ void fill_random(float* x, int64_t n, uint64_t seed) {
     s += float(h >> 40) / float(1 << 24);
   }
   x[i] = (s - 2.0f) * 1.7320508f;
+}
+
+// Median GPU time (µs) of `repeats` runs of `run`, each behind an L2 flush of `flush_bytes`.
+template <typename Fn>
+double time_us(cudaStream_t stream, void* flush, size_t flush_bytes, int repeats, const Fn& run) {
+  std::vector<cudaEvent_t> ev(size_t(2 * repeats));
+  for (auto& e : ev) ck(cudaEventCreate(&e), "event");
+  run();  // warm-up (and first-use setup)
+  for (int r = 0; r < repeats; ++r) {
+    ck(cudaMemsetAsync(flush, r & 0xff, flush_bytes, stream), "flush");
+    ck(cudaEventRecord(ev[size_t(2 * r)], stream), "record");
+    run();
+    ck(cudaEventRecord(ev[size_t(2 * r + 1)], stream), "record");
+  }
+  ck(cudaStreamSynchronize(stream), "sync");
+  std::vector<double> us;
+  for (int r = 0; r < repeats; ++r) {
+    float ms = 0;
+    ck(cudaEventElapsedTime(&ms, ev[size_t(2 * r)], ev[size_t(2 * r + 1)]), "elapsed");
+    us.push_back(double(ms) * 1e3);
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
 }
 
 struct Timer {
@@ -78,6 +106,7 @@ const char* type_name(DType t) { return t == DType::kF16 ? "f16" : t == DType::k
 
 int main(int argc, char** argv) {
   int repeats = 31, verify_T = 0;
+  bool sweep = false;
   int64_t max_depth = 256 * 1024;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -97,8 +126,9 @@ int main(int argc, char** argv) {
     if (a == "--repeats") repeats = int(next());
     else if (a == "--max-depth") max_depth = next();
     else if (a == "--verify") verify_T = int(next());
+    else if (a == "--sweep") sweep = true;
     else {
-      std::fprintf(stderr, "usage: attention_cuda_bench [--repeats N] [--max-depth TOKENS] [--verify T]\n");
+      std::fprintf(stderr, "usage: attention_cuda_bench [--repeats N] [--max-depth TOKENS] [--verify T] [--sweep]\n");
       return 2;
     }
   }
@@ -145,6 +175,7 @@ int main(int argc, char** argv) {
   fill_random<<<unsigned((T * n_heads * hd + 255) / 256), 256, 0, stream>>>(q, T * n_heads * hd, 7);
 
   std::map<std::pair<int64_t, int>, double> us;  // (depth, type index) -> median µs
+  std::string sweep_rows;
   const DType types[] = {DType::kF16, DType::kQ8_0, DType::kQ4_0};
   std::printf("# attention_cuda_bench on %s (%d SMs): %lld Q heads, %lld KV heads, head_dim %lld, T = %d, "
               "median of %d, L2 flushed\n\n",
@@ -192,16 +223,8 @@ int main(int argc, char** argv) {
       c.args = {q, T, depth - T, n_heads, 1.0f / 16.0f, out};
       void* ws = nullptr;
       ck(cudaMalloc(&ws, std::max<size_t>(cuda::attention_workspace_bytes(&c, 1), 1)), "malloc ws");
-      cuda::attention(&c, 1, ws, stream);  // warm-up (and first-use setup)
-      std::vector<double> ms;
-      for (int r = 0; r < repeats; ++r) {
-        ck(cudaMemsetAsync(src, r & 0xff, size_t(256) << 20, stream), "flush");  // evict L2
-        timer.start(stream);
-        cuda::attention(&c, 1, ws, stream);
-        ms.push_back(timer.stop_ms(stream));
-      }
+      const double t_us = time_us(stream, src, size_t(256) << 20, repeats, [&] { cuda::attention(&c, 1, ws, stream); });
       ck(cudaGetLastError(), "attention");
-      const double t_us = median(ms) * 1e3;
       const double bytes = double(depth) * double(n_kv) * double(view.k_row_bytes + view.v_row_bytes);
       const double gbs = bytes / (t_us * 1e-6) / 1e9;
       us[{depth, ti}] = t_us;
@@ -211,6 +234,46 @@ int main(int argc, char** argv) {
                   bytes / 1048576.0, t_us, gbs, 100.0 * gbs / copy_gbs, ratio);
       std::fflush(stdout);
       ck(cudaFree(ws), "free");
+    }
+    if (sweep) {
+      // Launch shapes: default; four warps; one block per SM with the deepest pipeline; four
+      // blocks per SM (shorter runs of splits); a two-stage pipeline.
+      struct Shape {
+        const char* name;
+        cuda::detail::SplitTuning t;
+      };
+      const cuda::detail::SplitTuning d = cuda::detail::split_tuning();
+      std::vector<Shape> shapes = {{"default", d}};
+      shapes.push_back({"4 warps", d});
+      shapes.back().t.wide = false;
+      shapes.push_back({"1 block/SM, 220 KiB", d});
+      shapes.back().t.smem_target = 220 * 1024;
+      shapes.back().t.blocks_per_sm = 1;
+      shapes.push_back({"4 blocks/SM", d});
+      shapes.back().t.blocks_per_sm = 4;
+      shapes.push_back({"2 stages", d});
+      shapes.back().t.max_stages = 2;
+      for (int64_t depth : {int64_t(32768), int64_t(131072)}) {
+        if (depth > cap) continue;
+        AttentionCall c;
+        c.kv = view;
+        c.kv.length = depth;
+        c.args = {q, T, depth - T, n_heads, 1.0f / 16.0f, out};
+        void* ws = nullptr;
+        ck(cudaMalloc(&ws, std::max<size_t>(cuda::attention_workspace_bytes(&c, 1), 1)), "malloc ws");
+        for (const Shape& sh : shapes) {
+          cuda::detail::set_split_tuning(sh.t);
+          const double t_us =
+              time_us(stream, src, size_t(256) << 20, 11, [&] { cuda::attention(&c, 1, ws, stream); });
+          const double bytes = double(depth) * double(n_kv) * double(view.k_row_bytes + view.v_row_bytes);
+          char line[200];
+          std::snprintf(line, sizeof line, "| %lldK | %s | %s | %.1f | %.0f%% |\n", (long long)(depth / 1024),
+                        type_name(t), sh.name, t_us, 100.0 * bytes / (t_us * 1e-6) / 1e9 / copy_gbs);
+          sweep_rows += line;
+        }
+        cuda::detail::set_split_tuning(d);
+        ck(cudaFree(ws), "free");
+      }
     }
     ck(cudaFree(k), "free");
     ck(cudaFree(v), "free");
@@ -222,5 +285,10 @@ int main(int argc, char** argv) {
     std::printf("%lldK q8_0/f16 %.2f q4_0/f16 %.2f; ", (long long)(depth / 1024), us[{depth, 1}] / us[{depth, 0}],
                 us[{depth, 2}] / us[{depth, 0}]);
   std::printf("\n");
+  if (sweep) {
+    std::printf("\nLaunch shapes (median of 11):\n\n| depth | KV type | shape | time (µs) | %% of copy BW |\n"
+                "|---:|---|---|---:|---:|\n%s",
+                sweep_rows.c_str());
+  }
   return 0;
 }

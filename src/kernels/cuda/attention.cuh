@@ -10,8 +10,9 @@
 //
 // Determinism (the strict tier): the context of every query row is cut into splits of a fixed
 // number of keys (kAttnSplitKeys), each split gives a partial softmax state, and the partials are
-// folded left to right in split order. The split size, the tile order inside a split and the fold
-// order depend on nothing but the row's own position, so a call's output is bit-identical run to
+// folded in a fixed tree: left to right inside groups of 16 consecutive splits, then the groups
+// left to right. The split size, the tile order inside a split and the fold order depend on
+// nothing but the row's own position, so a call's output is bit-identical run to
 // run and whatever else is in the batch; a verify call (T = k+1 rows) or a prefill call gives
 // each row exactly the bits a decode call at that position gives.
 #pragma once

@@ -76,6 +76,11 @@ __device__ __forceinline__ float kv_load(int t, const uint8_t* row, int64_t j) {
   }
 }
 
+// Splits per group of the fixed two-level fold: a row's split partials are folded left to right
+// inside groups of kFoldGroup consecutive splits, then the groups left to right (the merge kernel
+// and the in-block fold of prefill calls both do exactly this).
+constexpr int kFoldGroup = 16;
+
 // Folds a split's softmax state (m2, l2, acc2) into the running one (m1, l1, acc1), as the CPU's
 // merge_into does. Explicit roundings (no contraction freedom), so every kernel that folds
 // computes the same bits.

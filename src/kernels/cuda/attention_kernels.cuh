@@ -26,6 +26,19 @@ size_t split_workspace_bytes(const AttentionCall& c);
 void attention_split(const AttentionCall* calls, const size_t* offsets, int64_t n, uint8_t* workspace,
                      cudaStream_t stream);
 
+// Launch shape of the split kernel, process-wide; benchmarks sweep it, everything else keeps the
+// defaults. max_stages, smem_target and blocks_per_sm never change a result (the split size and
+// the fold order are fixed); `wide` picks the warp count, which fixes the order the warps'
+// partial scores are added in: another (equally deterministic) kernel.
+struct SplitTuning {
+  int max_stages = 4;              // cp.async pipeline depth limit (2..4)
+  size_t smem_target = 113 * 1024;  // shared memory per block the depth may grow to (113 KiB: 2 blocks/SM)
+  int blocks_per_sm = 2;            // blocks per SM a long call is spread over (splits per block)
+  bool wide = true;                 // head_dim 256: 8 warps (a warp per 32 dims), else 4 warps
+};
+void set_split_tuning(const SplitTuning& t);
+SplitTuning split_tuning();
+
 // Checks what every kernel relies on (shapes, positions inside the cache); throws
 // std::invalid_argument with a clear message otherwise.
 void validate_call(const AttentionCall& c);
