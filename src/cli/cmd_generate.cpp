@@ -70,8 +70,12 @@ int run_generate(int argc, char** argv) {
                "print one JSON object per input (in input order, one per line): tokens, prefill_tok_s, "
                "decode_tok_s, text");
   kv.add(app);
+  std::string device;
+  add_device_flag(app, &device);
   add_ctx_max_flag(app, &ctx_max);
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
+  auto dev = resolve_device(device);
+  if (!dev.ok()) return fail(dev.status());
 
   auto kv_options = kv.resolve();
   if (!kv_options.ok()) return fail(kv_options.status());
@@ -144,6 +148,7 @@ int run_generate(int argc, char** argv) {
 
   EngineOptions eo;
   eo.threads = threads;
+  eo.device = dev.value();
   Engine engine(*model.value(), eo);
   std::vector<PrefillInput> prefill;
   int64_t prompt_tokens = 0;

@@ -226,6 +226,7 @@ Result<FidelityResult> run_fidelity(const Model& model, const std::vector<int32_
     SessionOptions so;
     so.kv = a.kv;
     so.threads = options.threads;
+    so.device = options.device;
     so.batch = B;
     sessions.push_back(std::make_unique<Session>(model, so));
   }
