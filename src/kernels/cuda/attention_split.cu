@@ -13,7 +13,12 @@
 //     on across split boundaries), whatever the row size (q8_0 blocks are 34 bytes: the copy
 //     ignores block boundaries). f16 rows land straight in the padded f16 tile; quantized rows
 //     land raw and are dequantized in registers (integer tricks + half2 math: q·d rounded to f16,
-//     the same bits as the f32 product rounded once) and stored as f16.
+//     the same bits as the f32 product rounded once). Where a warp's head_dim slice is whole
+//     32-value blocks (head_dim 256 / 8 warps, 128 / 4, 256 / 4) the lanes decode the raw bytes
+//     straight into their MMA B fragments (K: each lane owns the dims it can read at once and
+//     the query fragments, kept in registers, use the same dim order; V: a lane's four output
+//     columns per block are mapped back to their dims when written, v_dim); otherwise the tile is
+//     decoded into a shared f16 tile first (SplitTuning::direct = false forces that path).
 //  2. Scores on tensor cores (mma m16n8k16, f16 in, f32 accumulate, ldmatrix fragments): each
 //     warp multiplies a quarter of head_dim; the four partial score tiles are added in warp order.
 //     With an f16 K cache the query is split into f16 hi + lo parts (q = hi + lo to ~22 bits)
