@@ -57,6 +57,18 @@ const bool kNarrow = [] {
   }
   return false;
 }();
+// WEFT_CUDA_ATTN_NODIRECT=1: quantized K/V through the f16 shared-memory tile instead of straight
+// into MMA fragments (the other quantized path; both must pass).
+const bool kNoDirect = [] {
+  const char* e = std::getenv("WEFT_CUDA_ATTN_NODIRECT");
+  if (e && *e == '1') {
+    cuda::detail::SplitTuning t = cuda::detail::split_tuning();
+    t.direct = false;
+    cuda::detail::set_split_tuning(t);
+    return true;
+  }
+  return false;
+}();
 
 uint64_t test_seed() {
   static const uint64_t seed = [] {

@@ -35,6 +35,10 @@ struct SplitTuning {
   size_t smem_target = 113 * 1024;  // shared memory per block the depth may grow to (113 KiB: 2 blocks/SM)
   int blocks_per_sm = 2;            // blocks per SM a long call is spread over (splits per block)
   bool wide = true;                 // head_dim 256: 8 warps (a warp per 32 dims), else 4 warps
+  // Quantized K/V decoded from the raw tile straight into MMA fragments (warp slices of whole
+  // 32-value blocks) instead of through an f16 tile in shared memory. Changes the dim order of
+  // the dot products (another, equally deterministic kernel), so it is not a launch shape.
+  bool direct = true;
 };
 void set_split_tuning(const SplitTuning& t);
 SplitTuning split_tuning();

@@ -13,7 +13,12 @@
 //     on across split boundaries), whatever the row size (q8_0 blocks are 34 bytes: the copy
 //     ignores block boundaries). f16 rows land straight in the padded f16 tile; quantized rows
 //     land raw and are dequantized in registers (integer tricks + half2 math: q·d rounded to f16,
-//     the same bits as the f32 product rounded once) and stored as f16.
+//     the same bits as the f32 product rounded once). Where a warp's head_dim slice is whole
+//     32-value blocks (head_dim 256 / 8 warps, 128 / 4, 256 / 4) the lanes decode the raw bytes
+//     straight into their MMA B fragments (K: each lane owns the dims it can read at once and
+//     the query fragments, kept in registers, use the same dim order; V: a lane's four output
+//     columns per block are mapped back to their dims when written, v_dim); otherwise the tile is
+//     decoded into a shared f16 tile first (SplitTuning::direct = false forces that path).
 //  2. Scores on tensor cores (mma m16n8k16, f16 in, f32 accumulate, ldmatrix fragments): each
 //     warp multiplies a quarter of head_dim; the four partial score tiles are added in warp order.
 //     With an f16 K cache the query is split into f16 hi + lo parts (q = hi + lo to ~22 bits)
@@ -56,6 +61,7 @@ struct SplitCall {
   int T, n_heads, n_kv, group;
   int k_type, v_type, k_row_bytes, v_row_bytes;
   int n_rowgroups, n_splits, splits_per_block, stages;
+  int direct;  // quantized K/V read straight into MMA fragments where the warp slices allow
   float scale;
   int block_begin;  // first block of this call in the launch
 };
@@ -68,6 +74,8 @@ struct SplitLaunch {
 __host__ __device__ inline int rows_per_block(int mt) { return 16 * mt; }
 __host__ __device__ inline size_t align16(size_t n) { return (n + 15) & ~size_t(15); }
 __host__ __device__ inline bool is_quant(int t) { return t == kKvQ8 || t == kKvQ4; }
+// A warp's head_dim slice is whole q8_0 / q4_0 blocks (32 values): the direct-fragment path.
+__host__ __device__ inline bool has_direct(int hd, int warps) { return (hd / warps) % 32 == 0; }
 
 // Shared-memory layout of one block (bytes from the start of dynamic shared memory).
 struct Layout {
@@ -76,8 +84,12 @@ struct Layout {
 };
 
 __host__ __device__ inline Layout make_layout(int hd, int mt, int warps, bool fold_in_block, int k_type,
-                                              int v_type, int k_rb, int v_rb, int stages) {
+                                              int v_type, int k_rb, int v_rb, int stages, bool direct_on) {
   const size_t rb = size_t(rows_per_block(mt)), qstr = size_t(hd + 8);
+  // Quantized K / V read straight from the raw tile into MMA fragments (no f16 copy, no query
+  // in shared memory) where each warp's slice of head_dim is whole 32-value blocks.
+  const bool direct = direct_on && has_direct(hd, warps);
+  const bool k_direct = direct && is_quant(k_type), v_direct = direct && is_quant(v_type);
   Layout L{};
   size_t o = 0;
   auto take = [&](size_t bytes) {
@@ -85,8 +97,8 @@ __host__ __device__ inline Layout make_layout(int hd, int mt, int warps, bool fo
     o += align16(bytes);
     return at;
   };
-  L.q_hi = take(rb * qstr * 2);
-  L.q_lo = take(rb * qstr * 2);
+  L.q_hi = take(k_direct ? 0 : rb * qstr * 2);
+  L.q_lo = take(k_direct ? 0 : rb * qstr * 2);
   L.s_part = take(size_t(warps) * rb * (kTileKeys + 4) * 4);
   L.p_hi = take(rb * (kTileKeys + 8) * 2);
   L.p_lo = take(rb * (kTileKeys + 8) * 2);
@@ -98,8 +110,8 @@ __host__ __device__ inline Layout make_layout(int hd, int mt, int warps, bool fo
   L.raw_v_tile = align16(size_t(kTileKeys) * size_t(v_rb));
   L.k_raw = is_quant(k_type) ? take(size_t(stages) * L.raw_k_tile) : o;
   L.v_raw = is_quant(v_type) ? take(size_t(stages) * L.raw_v_tile) : o;
-  L.k_f = take((is_quant(k_type) ? 1 : size_t(stages)) * L.f_tile);
-  L.v_f = take((is_quant(v_type) ? 1 : size_t(stages)) * L.f_tile);
+  L.k_f = take((k_direct ? 0 : is_quant(k_type) ? 1 : size_t(stages)) * L.f_tile);
+  L.v_f = take((v_direct ? 0 : is_quant(v_type) ? 1 : size_t(stages)) * L.f_tile);
   L.total = o;
   return L;
 }
@@ -229,6 +241,59 @@ __device__ void dequant_tile(const uint8_t* raw, int type, int rbytes, int hd, i
   }
 }
 
+// ---- Direct fragments: quantized rows decoded from the raw tile straight into MMA operands ----
+// A dot product may take its terms in any order, so the dims a lane owns are chosen to be the
+// bytes it can read at once: the query fragments (registers) use the same permutation for K, and
+// the output columns of P·V are mapped back to their dims when written (v_dim).
+
+// Four bytes at a 2-byte aligned shared address (q8_0 / q4_0 blocks are 34 / 18 bytes).
+__device__ __forceinline__ uint32_t lds_u32_a2(const uint8_t* p) {
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
+  return uint32_t(h[0]) | (uint32_t(h[1]) << 16);
+}
+
+// Element of 32-value block that query float `e` (0..3) of k-step `s` (0..1) of lane `tig`
+// multiplies (K fragments below): q8_0 lanes own bytes 8·tig..8·tig+7, q4_0 lanes the nibbles of
+// bytes 4·tig..4·tig+3 (elements 4·tig.. and 16 + 4·tig..).
+__device__ __forceinline__ int k_elem(int type, int tig, int s) { return type == kKvQ8 ? 8 * tig + 4 * s : 16 * s + 4 * tig; }
+
+// B fragments of both k-steps of block `blk` of one K row: {ks0.b0, ks0.b1, ks1.b0, ks1.b1}.
+__device__ __forceinline__ void k_frag(const uint8_t* row, int type, int blk, int tig, uint32_t* b) {
+  if (type == kKvQ8) {
+    const uint8_t* bp = row + blk * 34;
+    const __half2 d = scale_half2(*reinterpret_cast<const uint16_t*>(bp));
+    q8_word(lds_u32_a2(bp + 2 + 8 * tig), d, b);
+    q8_word(lds_u32_a2(bp + 6 + 8 * tig), d, b + 2);
+  } else {
+    const uint8_t* bp = row + blk * 18;
+    const __half2 d = scale_half2(*reinterpret_cast<const uint16_t*>(bp));
+    q4_word(lds_u32_a2(bp + 2 + 4 * tig), d, b, b + 2);
+  }
+}
+
+// Four consecutive output columns j = 0..3 of a lane (gid) in block `blk` of one V row, as two
+// half2 words (columns 0,1 and 2,3). q8_0: elements 4·gid..4·gid+3; q4_0: the nibbles of bytes
+// 2·gid, 2·gid+1 (elements 2·gid, 2·gid+1, 16+2·gid, 17+2·gid).
+__device__ __forceinline__ void v_words(const uint8_t* row, int type, int blk, int gid, uint32_t* h) {
+  if (type == kKvQ8) {
+    const uint8_t* bp = row + blk * 34;
+    const __half2 d = scale_half2(*reinterpret_cast<const uint16_t*>(bp));
+    q8_word(lds_u32_a2(bp + 2 + 4 * gid), d, h);
+  } else {
+    const uint8_t* bp = row + blk * 18;
+    const __half2 d = scale_half2(*reinterpret_cast<const uint16_t*>(bp));
+    const uint32_t u = *reinterpret_cast<const uint16_t*>(bp + 2 + 2 * gid);
+    const __half2 bias = __float2half2_rn(1032.0f);
+    h[0] = bytes_to_half2(u & 0x0f0fu, 0x4140, bias, d);
+    h[1] = bytes_to_half2((u >> 4) & 0x0f0fu, 0x4140, bias, d);
+  }
+}
+
+// The dim of output column n (0..7), j (0..3) of block `blk` for a directly read V.
+__device__ __forceinline__ int v_dim(int type, int blk, int n, int j) {
+  return blk * 32 + (type == kKvQ8 ? 4 * n + j : (j < 2 ? 2 * n + j : 16 + 2 * n + j - 2));
+}
+
 // ---- Per-block context ----
 
 struct Block {
@@ -325,9 +390,12 @@ __global__ void __launch_bounds__(32 * WARPS) split_kernel(const __grid_constant
     s_end = min(s_begin + c.splits_per_block, n_splits_block);
     if (s_begin >= s_end) return;  // no keys here for any row of the block
   }
-  b.L = make_layout(HD, MT, WARPS, FOLD, c.k_type, c.v_type, c.k_row_bytes, c.v_row_bytes, c.stages);
+  b.L = make_layout(HD, MT, WARPS, FOLD, c.k_type, c.v_type, c.k_row_bytes, c.v_row_bytes, c.stages, c.direct != 0);
   const Layout& L = b.L;
   const bool q_lo_on = c.k_type == kKvF16, p_lo_on = c.v_type == kKvF16;
+  constexpr bool DIRECT = (HD / WARPS) % 32 == 0;  // has_direct(HD, WARPS)
+  constexpr int KB_W = DIRECT ? DW / 32 : 1;        // 32-value blocks in a warp's slice
+  const bool k_direct = DIRECT && c.direct && is_quant(c.k_type), v_direct = DIRECT && c.direct && is_quant(c.v_type);
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
   uint16_t* q_hi = reinterpret_cast<uint16_t*>(smem + L.q_hi);
@@ -356,8 +424,29 @@ __global__ void __launch_bounds__(32 * WARPS) split_kernel(const __grid_constant
   }
 
   // Queries of the block's rows as f16 hi + lo (padding rows: zeros): float4 loads, all of a
-  // batch in flight before any is used.
-  {
+  // batch in flight before any is used. A directly read quantized K takes the (hi) query
+  // fragments from registers instead, in its permuted dim order (k_elem).
+  uint32_t qa[MT][KB_W][2][4];
+  if (k_direct) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int qb = 0; qb < KB_W; ++qb)
+#pragma unroll
+        for (int st = 0; st < 2; ++st)
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int row = r_first + mt * 16 + gid + 8 * half;
+            float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (row < b.rows) {
+              const int t = row / c.group, h = b.g * c.group + row % c.group;
+              const int d = (warp * KB_W + qb) * 32 + k_elem(c.k_type, tig, st);
+              x = *reinterpret_cast<const float4*>(c.q + (int64_t(t) * c.n_heads + h) * HD + d);
+            }
+            qa[mt][qb][st][half] = half2_as_u32(__floats2half2_rn(x.x, x.y));
+            qa[mt][qb][st][2 + half] = half2_as_u32(__floats2half2_rn(x.z, x.w));
+          }
+  } else {
     constexpr int V4 = RB * HD / 4, BATCH = 8;
     for (int base = 0; base < V4; base += BATCH * THREADS) {
       float4 x[BATCH];
@@ -410,11 +499,13 @@ __global__ void __launch_bounds__(32 * WARPS) split_kernel(const __grid_constant
     const int valid = int(min64(kTileKeys, b.key_end - k0));
     uint16_t* kf = reinterpret_cast<uint16_t*>(smem + L.k_f);
     uint16_t* vf = reinterpret_cast<uint16_t*>(smem + L.v_f);
-    if (is_quant(c.k_type)) dequant_tile(smem + L.k_raw + slot * L.raw_k_tile, c.k_type, c.k_row_bytes, HD, valid, kf);
-    else kf += size_t(slot) * L.f_tile / 2;
-    if (is_quant(c.v_type)) dequant_tile(smem + L.v_raw + slot * L.raw_v_tile, c.v_type, c.v_row_bytes, HD, valid, vf);
-    else vf += size_t(slot) * L.f_tile / 2;
-    if (is_quant(c.k_type) || is_quant(c.v_type)) __syncthreads();
+    const uint8_t* kraw = smem + L.k_raw + slot * L.raw_k_tile;
+    const uint8_t* vraw = smem + L.v_raw + slot * L.raw_v_tile;
+    if (!is_quant(c.k_type)) kf += size_t(slot) * L.f_tile / 2;
+    else if (!k_direct) dequant_tile(kraw, c.k_type, c.k_row_bytes, HD, valid, kf);
+    if (!is_quant(c.v_type)) vf += size_t(slot) * L.f_tile / 2;
+    else if (!v_direct) dequant_tile(vraw, c.v_type, c.v_row_bytes, HD, valid, vf);
+    if ((is_quant(c.k_type) && !k_direct) || (is_quant(c.v_type) && !v_direct)) __syncthreads();
 
     // ---- scores: warp `warp` multiplies dims [warp·DW, (warp+1)·DW) for all 32 keys ----
     {
@@ -427,8 +518,25 @@ __global__ void __launch_bounds__(32 * WARPS) split_kernel(const __grid_constant
           for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
       const int a_row = (lane % 8) + ((lane / 8) % 2) * 8, a_col = (lane / 16) * 8;  // A (16x16) lane rows
       const int b_key = (lane / 16) * 8 + lane % 8, b_col = ((lane / 8) % 2) * 8;    // B pairs of n-tiles
+      if (k_direct) {
+        // Key nt·8 + gid of the tile is B column gid of n-tile nt; rows past the keys: zeros.
 #pragma unroll
-      for (int ks = 0; ks < KS_W; ++ks) {
+        for (int qb = 0; qb < KB_W; ++qb)
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt) {
+            const int key = nt * 8 + gid;
+            uint32_t bk[4];
+            k_frag(kraw + size_t(key) * c.k_row_bytes, c.k_type, warp * KB_W + qb, tig, bk);
+            if (key >= valid) bk[0] = bk[1] = bk[2] = bk[3] = 0;
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              mma16816(acc[mt][nt], qa[mt][qb][0], bk[0], bk[1]);
+              mma16816(acc[mt][nt], qa[mt][qb][1], bk[2], bk[3]);
+            }
+          }
+      }
+#pragma unroll
+      for (int ks = 0; ks < (k_direct ? 0 : KS_W); ++ks) {
         const int d0 = warp * DW + ks * 16;
         uint32_t bk[4][2];
 #pragma unroll
@@ -521,8 +629,28 @@ __global__ void __launch_bounds__(32 * WARPS) split_kernel(const __grid_constant
 #pragma unroll
       for (int kk = 0; kk < kTileKeys / 16; ++kk) {
         uint32_t bv[NT_W][2];
+        if (v_direct) {
+          // B rows (keys) 2·tig, 2·tig + 1 (b0) and 2·tig + 8, 2·tig + 9 (b1) of the k-step;
+          // column gid of n-tile 4·nb + j is dim v_dim(blk, gid, j).
 #pragma unroll
-        for (int ntp = 0; ntp < NT_W / 2; ++ntp) {
+          for (int nb = 0; nb < KB_W; ++nb) {
+            uint32_t hv[4][2];
+#pragma unroll
+            for (int x = 0; x < 4; ++x) {
+              const int key = kk * 16 + 2 * tig + (x & 1) + (x >> 1) * 8;
+              v_words(vraw + size_t(key) * c.v_row_bytes, c.v_type, warp * KB_W + nb, gid, hv[x]);
+              if (key >= valid) hv[x][0] = hv[x][1] = 0;
+            }
+#pragma unroll
+            for (int jj = 0; jj < 4; ++jj) {
+              const uint32_t sel = (jj & 1) ? 0x7632u : 0x5410u;
+              bv[nb * 4 + jj][0] = __byte_perm(hv[0][jj >> 1], hv[1][jj >> 1], sel);
+              bv[nb * 4 + jj][1] = __byte_perm(hv[2][jj >> 1], hv[3][jj >> 1], sel);
+            }
+          }
+        }
+#pragma unroll
+        for (int ntp = 0; ntp < (v_direct ? 0 : NT_W / 2); ++ntp) {
           uint32_t r4[4];
           ldsm_x4_trans(r4, vf + (kk * 16 + v_key) * QSTR + warp * DW + ntp * 16 + v_col);
           bv[2 * ntp][0] = r4[0];
@@ -560,8 +688,14 @@ __global__ void __launch_bounds__(32 * WARPS) split_kernel(const __grid_constant
           float* dst = c.part + ((int64_t(t) * c.n_heads + h) * c.n_splits + s) * (HD + 2);
 #pragma unroll
           for (int nt = 0; nt < NT_W; ++nt) {
-            const int d = warp * DW + nt * 8 + 2 * tig;
-            *reinterpret_cast<float2*>(dst + d) = make_float2(o[mt][nt][2 * half], o[mt][nt][2 * half + 1]);
+            if (v_direct) {
+              const int blk = warp * KB_W + nt / 4;
+              dst[v_dim(c.v_type, blk, 2 * tig, nt % 4)] = o[mt][nt][2 * half];
+              dst[v_dim(c.v_type, blk, 2 * tig + 1, nt % 4)] = o[mt][nt][2 * half + 1];
+            } else {
+              const int d = warp * DW + nt * 8 + 2 * tig;
+              *reinterpret_cast<float2*>(dst + d) = make_float2(o[mt][nt][2 * half], o[mt][nt][2 * half + 1]);
+            }
           }
           if (warp == 0 && tig == 0) {
             dst[HD] = m_run[r];
@@ -597,7 +731,8 @@ __global__ void __launch_bounds__(32 * WARPS) split_kernel(const __grid_constant
           for (int nt = 0; nt < NT_W; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-              const int i = r * HD + warp * DW + nt * 8 + 2 * tig + e;
+              const int i = r * HD + (v_direct ? v_dim(c.v_type, warp * KB_W + nt / 4, 2 * tig + e, nt % 4)
+                                               : warp * DW + nt * 8 + 2 * tig + e);
               const float x = o[mt][nt][2 * half + e];
               const float gv = grp_first ? x : fold_value(acc_grp[i], ga, x, gb);
               acc_grp[i] = gv;
@@ -744,7 +879,7 @@ int stages_of(const AttentionCall& call, const Config& cfg) {
   const size_t raw = size_t(kTileKeys) * (call.kv.k_row_bytes + call.kv.v_row_bytes);
   int stages = std::min(g_tuning.max_stages, 2 + (raw < 24 * 1024) + (raw < 12 * 1024));
   while (stages > 2 && make_layout(cfg.hd, cfg.mt, cfg.warps, cfg.fold, kt, vt, int(call.kv.k_row_bytes),
-                                   int(call.kv.v_row_bytes), stages).total > g_tuning.smem_target)
+                                   int(call.kv.v_row_bytes), stages, g_tuning.direct).total > g_tuning.smem_target)
     --stages;
   return stages;
 }
@@ -860,13 +995,14 @@ void attention_split(const AttentionCall* calls, const size_t* offsets, int64_t 
       sc.n_splits = int(n_splits_of(call));
       sc.splits_per_block =
           cfg.fold ? sc.n_splits : splits_per_block_of(int64_t(sc.n_kv) * sc.n_rowgroups * sc.n_splits, sc.n_splits);
+      sc.direct = g_tuning.direct ? 1 : 0;
       sc.stages = stages_of(call, cfg);
       sc.scale = call.args.scale;
       sc.block_begin = blocks;
       const int runs = (sc.n_splits + sc.splits_per_block - 1) / sc.splits_per_block;
       blocks += sc.n_kv * sc.n_rowgroups * (cfg.fold ? 1 : runs);
       smem = std::max(smem, make_layout(cfg.hd, cfg.mt, cfg.warps, cfg.fold, sc.k_type, sc.v_type, sc.k_row_bytes,
-                                        sc.v_row_bytes, sc.stages).total);
+                                        sc.v_row_bytes, sc.stages, sc.direct != 0).total);
       if (!cfg.fold) merge_calls.push_back(i);
       if (l.n_calls == kMaxCallsPerLaunch) flush();
     }
