@@ -23,7 +23,9 @@ std::string temp_dir(const std::string& tag) {
 }
 
 int run_command(const std::string& cmd, std::string* output) {
-  std::string full = cmd + " 2>&1";
+  // Grouped, so a redirect inside cmd (e.g. "2>/dev/null") still applies to cmd itself; only
+  // what cmd leaves on stderr joins the captured output.
+  std::string full = "{ " + cmd + "\n} 2>&1";
   FILE* p = popen(full.c_str(), "r");
   if (!p) return -1;
   std::array<char, 4096> buf{};
