@@ -140,10 +140,47 @@ void put_hparams(const ModelConfig& c, const std::string& arch, const nlohmann::
   }
 }
 
+// GPT-2's byte-to-character map (the ByteLevel alphabet), as UTF-8: byte b's token text.
+std::string byte_level_char(int b) {
+  auto printable = [](int x) { return (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255); };
+  int cp = b;
+  if (!printable(b)) {
+    cp = 256;
+    for (int x = 0; x < b; ++x) cp += !printable(x);
+  }
+  std::string s;
+  if (cp < 0x80) {
+    s += char(cp);
+  } else {
+    s += char(0xC0 | (cp >> 6));
+    s += char(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
+// A checkpoint without tokenizer.json (synthetic models, test fixtures) still needs a vocabulary
+// for llama.cpp to load the file: a byte-level placeholder of vocab_size tokens (the 256 bytes,
+// then "<extra_i>"), no merges, eos the last id. Token ids are what benchmarks and tests feed.
+void put_placeholder_tokenizer(int64_t vocab_size, Metadata* m) {
+  std::vector<std::string> tokens;
+  tokens.reserve(size_t(vocab_size));
+  for (int64_t i = 0; i < vocab_size; ++i)
+    tokens.push_back(i < 256 ? byte_level_char(int(i)) : "<extra_" + std::to_string(i) + ">");
+  m->emplace_back("tokenizer.ggml.model", GgufValue::string("gpt2"));
+  m->emplace_back("tokenizer.ggml.pre", GgufValue::string("gpt-2"));
+  m->emplace_back("tokenizer.ggml.tokens", GgufValue::string_array(tokens));
+  m->emplace_back("tokenizer.ggml.token_type", GgufValue::i32_array(std::vector<int32_t>(size_t(vocab_size), 1)));
+  m->emplace_back("tokenizer.ggml.merges", GgufValue::string_array({}));
+  m->emplace_back("tokenizer.ggml.eos_token_id", GgufValue::u32(uint32_t(vocab_size - 1)));
+}
+
 // tokenizer.json (+ tokenizer_config.json) as tokenizer.ggml.* metadata: a "gpt2" BPE model.
 Status put_tokenizer(const std::string& dir, int64_t vocab_size, Metadata* m) {
   const std::string path = dir + "/tokenizer.json";
-  if (!std::filesystem::exists(path)) return Status();  // fixtures without a tokenizer
+  if (!std::filesystem::exists(path)) {
+    put_placeholder_tokenizer(vocab_size, m);
+    return Status();
+  }
   auto tok = Tokenizer::load(path);
   if (!tok.ok()) return tok.status();
   auto text = read_text_file(path);

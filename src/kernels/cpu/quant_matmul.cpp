@@ -16,22 +16,20 @@ namespace weft {
 
 namespace {
 
-// Activation q8_0: the scale is stored as f16 and the codes are computed against that stored
-// scale (not the f32 one), so each value is off by at most half a step of the scale actually
-// used. |x| / d16 <= 127 * (1 + 2^-11) < 127.5, so the clamp never bites for finite input; it
-// keeps the codes in [-127, 127] (never -128) for the sign trick of the AVX2 kernels.
+// Activation q8_0, ggml's x86 quantize_row_q8_0 rule (the one llama.cpp runs on this CPU), so weft
+// and llama.cpp give the same activations the same codes: d = amax / 127 stored as f16, codes
+// x * (127 / amax) rounded half to even (not against 1 / d, not against the f16 scale). Codes stay
+// in [-127, 127] (never -128, for the sign trick of the AVX2 kernels); NaN input gives -127.
 void quantize_activations_q8_0(const float* x, int64_t K, BlockQ8_0* y) {
   for (int64_t b = 0; b < K / kQK32; ++b, x += kQK32) {
     float amax = 0;
     for (int i = 0; i < kQK32; ++i) amax = std::fmax(amax, std::fabs(x[i]));
-    // As ggml's quantize_row_q8_0: codes against the f32 scale, the scale stored as f16, so
-    // weft and llama.cpp round the same activations to the same codes.
     const float d = amax / 127.0f;
-    const float id = d > 0 ? 1.0f / d : 0.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     y[b].d = f32_to_f16(d);
     for (int i = 0; i < kQK32; ++i) {
       const float v = x[i] * id;
-      y[b].qs[i] = int8_t(!(v >= -127.0f) ? -127 : v >= 127.0f ? 127 : int(std::lround(v)));
+      y[b].qs[i] = int8_t(!(v >= -127.0f) ? -127 : v >= 127.0f ? 127 : int(std::nearbyint(v)));
     }
   }
 }
