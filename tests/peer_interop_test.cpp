@@ -1,11 +1,15 @@
 // weft against llama.cpp on the same GGUF files: the shipped model converted by weft (bf16,
 // q8_0, q4_k_m), evaluated teacher-forced by weft and by llama.cpp through node-llama-cpp 3.21.1
 // (tools/peers/logits.mjs). Bounds: mean KL(weft || llama.cpp) <= 1e-3 for every type; same
-// top-1 on >= 99% of positions for bf16 (issue 10's goal). For q8_0 / q4_k_m weft reaches 98% /
-// 97% on this small model (flat distributions, many near-ties), short of the issue's 99%: both
-// quantize activations to 8 bits with the same rule, but the remaining per-matmul differences
-// are not yet traced, so those two are held to 96% here. Skipped, saying why, where node or
-// the package is absent (install: cd tools/peers && npm ci).
+// top-1 on >= 99% of positions for bf16 (issue 10's goal). For q8_0 / q4_k_m the matmul
+// arithmetic is llama.cpp's (ggml_interop_test: the same activation bytes, the same products up
+// to float order), yet both engines quantize every matmul's activations to 8 bits, which turns
+// the f16-level roundings they do differently (llama.cpp rounds Q and attention probabilities to
+// f16) into whole code steps; on this small model many positions are near-ties. The test
+// measures that noise floor with weft itself: weft with an f32 KV cache instead of f16, a change
+// of the same size. Bounds: top-1 agreement >= 98% and every disagreement a near-tie (top-1 vs
+// top-2 margin below kNearTie logits in both engines); docs/results.md has the figures.
+// Skipped, saying why, where node or the package is absent (install: cd tools/peers && npm ci).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,18 +30,67 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<float> weft_logits(const std::string& path, const std::vector<int32_t>& ids) {
+std::vector<float> weft_logits(const std::string& path, const std::vector<int32_t>& ids, DType kv = DType::kF16) {
   auto model = Model::load(path);
   EXPECT_TRUE(model.ok()) << model.status().message();
   if (!model.ok()) return {};
   const int64_t V = model.value()->config().vocab_size, T = int64_t(ids.size());
   SessionOptions so;
   so.threads = 2;
+  so.kv.k_type = kv;
+  so.kv.v_type = kv;
   Session session(*model.value(), so);
   std::vector<float> logits(static_cast<size_t>(T * V)), last(static_cast<size_t>(V));
   EXPECT_TRUE(session.feed(ids.data(), T, logits.data(), last.data()).ok());
   return logits;
 }
+
+// Agreement of two runs' next-token distributions (logits or log-probabilities, T x V).
+struct Agreement {
+  double top1 = 0, kl = 0;         // same argmax share; mean KL(a || b)
+  int64_t disagree = 0;
+  double max_disagree_margin = 0;  // largest top-1 vs top-2 margin (min over both runs) where they disagree
+};
+Agreement agreement(const std::vector<float>& A, const std::vector<float>& B, int64_t T, int64_t V) {
+  Agreement g;
+  int64_t agree = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const float* a = A.data() + t * V;
+    const float* b = B.data() + t * V;
+    int64_t aw = 0, bw = 0;
+    double ma = -1e30, mb = -1e30, za = 0, zb = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      if (a[v] > a[aw]) aw = v;
+      if (b[v] > b[bw]) bw = v;
+      ma = std::max(ma, double(a[v]));
+      mb = std::max(mb, double(b[v]));
+    }
+    for (int64_t v = 0; v < V; ++v) {
+      za += std::exp(a[v] - ma);
+      zb += std::exp(b[v] - mb);
+    }
+    for (int64_t v = 0; v < V; ++v) {
+      const double la = a[v] - ma - std::log(za), lb = b[v] - mb - std::log(zb);
+      g.kl += std::exp(la) * (la - std::max(lb, -700.0));
+    }
+    if (aw == bw) {
+      ++agree;
+      continue;
+    }
+    ++g.disagree;
+    // Each run's margin between its own top-1 and the other run's top-1.
+    const double margin = std::min(double(a[aw]) - a[bw], double(b[bw]) - b[aw]);
+    g.max_disagree_margin = std::max(g.max_disagree_margin, margin);
+  }
+  g.top1 = double(agree) / double(T);
+  g.kl /= double(T);
+  return g;
+}
+
+// A near-tie: the top-1 / top-2 margin that f16-level rounding differences, amplified by 8-bit
+// activation codes, move on this model (measured: |margin change| p90 0.03-0.07 logits between
+// weft and llama.cpp, largest disagreement margin 0.03-0.14 over 1024 positions).
+constexpr double kNearTie = 0.25;
 
 class PeerInterop : public ::testing::Test {
  protected:
@@ -64,10 +117,10 @@ TEST_F(PeerInterop, ShippedModelMatchesLlamaCpp) {
   const std::string heldout = test::shared_dir() + "/data/corpora/heldout/wikitext2-test.txt";
   if (fs::exists(heldout)) {
     std::ifstream in(heldout);
-    text = std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()).substr(0, 4096);
+    text = std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()).substr(0, 10000);
   }
   std::vector<int32_t> ids = tok->encode(text);
-  if (ids.size() > 256) ids.resize(256);
+  if (ids.size() > 512) ids.resize(512);
   {
     std::ofstream o(tmp + "/ids.txt");
     for (int32_t id : ids) o << id << ' ';
@@ -88,31 +141,21 @@ TEST_F(PeerInterop, ShippedModelMatchesLlamaCpp) {
       in.read(reinterpret_cast<char*>(l.data()), std::streamsize(l.size() * 4));
       ASSERT_EQ(in.gcount(), std::streamsize(l.size() * 4)) << "llama.cpp output has another shape: " << out;
     }
-    double kl = 0;
-    int64_t agree = 0;
-    for (int64_t t = 0; t < T; ++t) {
-      const float* a = w.data() + t * V;
-      const float* b = l.data() + t * V;
-      double m = -1e30, z = 0;
-      int64_t aw = 0, al = 0;
-      for (int64_t v = 0; v < V; ++v) {
-        if (a[v] > a[aw]) aw = v;
-        if (b[v] > b[al]) al = v;
-        m = std::max(m, double(a[v]));
-      }
-      for (int64_t v = 0; v < V; ++v) z += std::exp(a[v] - m);
-      for (int64_t v = 0; v < V; ++v) {
-        const double lp = a[v] - m - std::log(z);
-        kl += std::exp(lp) * (lp - std::max(double(b[v]), -700.0));
-      }
-      agree += aw == al;
+    const Agreement g = agreement(w, l, T, V);
+    // The noise floor: the same file through weft with an f32 KV cache instead of f16.
+    const Agreement self = agreement(w, weft_logits(gguf, ids, DType::kF32), T, V);
+    std::printf("[ %s ] %lld tokens: top-1 agreement %.2f%%, mean KL(weft || llama.cpp) %.3g, largest disagreement margin "
+                "%.3f | weft f16 vs f32 KV: top-1 %.2f%%, KL %.3g\n",
+                weight_scheme_name(sc), (long long)T, 100 * g.top1, g.kl, g.max_disagree_margin, 100 * self.top1, self.kl);
+    EXPECT_LE(g.kl, 1e-3) << weight_scheme_name(sc);
+    if (sc == WeightScheme::kKeep) {
+      EXPECT_GE(g.top1, 0.99) << weight_scheme_name(sc);
+    } else {
+      EXPECT_GE(g.top1, 0.98) << weight_scheme_name(sc);
+      EXPECT_LT(g.max_disagree_margin, kNearTie) << weight_scheme_name(sc) << ": a disagreement that is not a near-tie";
+      // llama.cpp is not much further from weft than weft is from itself under a rounding change.
+      EXPECT_LE(g.kl, 6 * self.kl) << weight_scheme_name(sc);
     }
-    const double top1 = double(agree) / double(T);
-    kl /= double(T);
-    std::printf("[ %s ] %lld tokens: top-1 agreement %.2f%%, mean KL(weft || llama.cpp) %.3g\n", weight_scheme_name(sc),
-                (long long)T, 100 * top1, kl);
-    EXPECT_GE(top1, sc == WeightScheme::kKeep ? 0.99 : 0.96) << weight_scheme_name(sc);
-    EXPECT_LE(kl, 1e-3) << weight_scheme_name(sc);
   }
 }
 
