@@ -16,13 +16,6 @@ inline int round_clamp(float v, int lo, int hi) {
   return int(std::lround(v));
 }
 
-// As round_clamp, but halves go to the even neighbour (the default FP rounding mode, as the
-// rounding instructions ggml uses for activations: _mm256_round_ps, its nearest_int trick).
-inline int round_half_even_clamp(float v, int lo, int hi) {
-  if (!(v >= float(lo))) return lo;
-  if (v >= float(hi)) return hi;
-  return int(std::nearbyint(v));
-}
 
 // Least-squares fit of x ≈ a*L - m with L in [0, nmax] integers and m >= 0 (the offset of q4_K /
 // q5_K may only move values down, since the stored min is unsigned). Tries a few grid densities
@@ -227,7 +220,7 @@ void quantize_row_q8_K(const float* x, BlockQ8_K* y, int64_t n) {
     for (int g = 0; g < 16; ++g) {
       int sum = 0;
       for (int i = 0; i < 16; ++i) {
-        const int q = round_half_even_clamp(iscale * x[16 * g + i], -127, 127);
+        const int q = code_half_even(iscale * x[16 * g + i]);
         y[b].qs[16 * g + i] = int8_t(q);
         sum += q;
       }
