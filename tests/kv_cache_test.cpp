@@ -2,9 +2,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "cache/kv_cache.h"
+#include "cache/recurrent_state.h"
 #include "kernels/cpu/kv_quant.h"
 
 namespace weft {
@@ -61,6 +63,78 @@ TEST(KvCache, BytesPerTokenMatchesTypes) {
 // Quantization error per value is at most half a step (d/2; d = amax/127 for q8_0, amax/8 for
 // q4_0), plus the f16 rounding of d (relative 2^-11, times |q| <= 127 or 8); q4_0 clamps the
 // value opposite the largest one at q = 15, an error of up to one more step.
+// Host memory that claims not to be host-accessible: the paths a device allocator takes (byte
+// copies through the allocator, re-encoding through host copies) without a GPU.
+class DeviceLikeAllocator final : public PageAllocator {
+ public:
+  uint8_t* allocate(size_t bytes) override { ++live; return host_allocator().allocate(bytes); }
+  void release(uint8_t* page) override { --live; host_allocator().release(page); }
+  bool host_accessible() const override { return false; }
+  void copy(uint8_t* dst, const uint8_t* src, size_t bytes) override { ++copies; PageAllocator::copy(dst, src, bytes); }
+  int live = 0, copies = 0;
+};
+
+bool same_rows(const KvCache& a, const KvCache& b, int64_t layers) {
+  for (int64_t l = 0; l < layers; ++l) {
+    const KvLayerView x = a.view(l), y = b.view(l);
+    if (x.length != y.length) return false;
+    for (int64_t p = 0; p < x.length; ++p)
+      for (int64_t h = 0; h < x.n_kv_heads; ++h)
+        if (std::memcmp(x.k_row(h, p), y.k_row(h, p), x.k_row_bytes) != 0 ||
+            std::memcmp(x.v_row(h, p), y.v_row(h, p), x.v_row_bytes) != 0)
+          return false;
+  }
+  return true;
+}
+
+TEST(KvCache, AssignFromDeviceMemoryCopiesOrReencodesLikeTheHost) {
+  KvCacheSpec spec{2, 2, 64, DType::kF16, DType::kF16, 16};
+  KvCache src(spec);
+  const int64_t row = spec.n_kv_heads * spec.head_dim;
+  auto k = random_rows(37 * row, 5), v = random_rows(37 * row, 6);
+  src.append(0, k.data(), v.data(), 37);
+  src.append(1, k.data(), v.data(), 20);
+  DeviceLikeAllocator dev;
+  {
+    KvCache same(spec, &dev);  // same types: page copies through the device allocator
+    same.assign_from(src);
+    EXPECT_GT(dev.copies, 0);
+    EXPECT_TRUE(same_rows(same, src, 2));
+    KvCacheSpec q = spec;
+    q.k_type = q.v_type = DType::kQ8_0;
+    q.page_tokens = 32;
+    KvCache want(q);  // host re-encoding: the reference
+    want.assign_from(src);
+    KvCache got(q, &dev);  // device-like: through host copies
+    got.assign_from(same);
+    EXPECT_TRUE(same_rows(got, want, 2));
+  }
+  EXPECT_EQ(dev.live, 0) << "pages leaked";
+}
+
+TEST(RecurrentState, LivesInItsAllocatorAndCopiesAcrossAllocators) {
+  RecurrentStateSpec spec{3, 40, 4, 2, 8, 8};
+  DeviceLikeAllocator dev;
+  {
+    RecurrentState host(spec), device(spec, &dev);
+    EXPECT_EQ(dev.live, 1);  // one block for every layer
+    for (int64_t l = 0; l < 3; ++l) {
+      for (float& x : host.layer(l).conv) x = float(l) + 0.5f;
+      for (float& x : host.layer(l).ssm) x = -float(l);
+    }
+    device.assign_from(host);
+    EXPECT_EQ(device.to_host(), host.to_host());
+    host.reset();
+    host.assign_from(device);  // host <- "device": the device side copies
+    EXPECT_EQ(host.to_host(), device.to_host());
+    EXPECT_EQ(host.layer(2).conv[0], 2.5f);
+    device.reset();
+    for (float x : device.to_host()) ASSERT_EQ(x, 0.0f);
+    EXPECT_EQ(device.bytes(), size_t(3 * (3 * 40 + 2 * 8 * 8)) * sizeof(float));
+  }
+  EXPECT_EQ(dev.live, 0);
+}
+
 TEST(KvQuant, RoundTripErrorWithinHalfAStep) {
   for (uint32_t seed = 0; seed < 20; ++seed) {
     auto x = random_rows(256, seed);

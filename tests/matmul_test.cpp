@@ -101,7 +101,7 @@ bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
 const DType kWeightTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
 const int64_t kKs[] = {1, 7, 31, 33, 257, 2048 + 5};
 const int64_t kNs[] = {1, 3, 17, 100};
-const int64_t kTs[] = {1, 2, 8, 9, 17, 64};  // 8 | 9: the streaming / prefill-tile boundary
+const int64_t kTs[] = {1, 2, 3, 5, 7, 8, 9, 17, 64};  // 2..8: few-token tiles of 4, 2, 1; 8 | 9: the streaming / prefill-tile boundary
 
 // Every shape, every weight dtype: accuracy, T=1 vs batched, thread counts, scalar vs AVX2.
 TEST(Matmul, AccuracyAndDeterminism) {

@@ -16,10 +16,11 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
 # hostile input (bad_input_test also runs the weft binary), the tokenizer and the lab. Left to
 # the Release run: golden_test and determinism_test (long strict-tier streams whose point is
 # bit-identity, not memory safety) and synth_test (writes and reloads large synthetic models).
-tests=(fixtures_test bad_input_test tokenizer_test compare_test stats_test matmul_test
+tests=(fixtures_test bad_input_test tokenizer_test chat_template_test compare_test stats_test matmul_test
        attention_quant_test hadamard_test kv_cache_test sampler_test bench_test fidelity_test
        batch_test gdn_chunked_test quant_blocks_test quant_matmul_test gguf_test gguf_names_test
-       odr_test alignment_test invariants_test streaming_logits_test gguf_model_test)
+       odr_test alignment_test invariants_test streaming_logits_test gguf_model_test
+       server_request_test server_scheduler_test)
 cmake --build build-asan -j"$(nproc)" --target weft_cli "${tests[@]}"
 
 # Leaks fail too; halt at the first report so its stack is the last thing in the log.

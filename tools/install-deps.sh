@@ -3,7 +3,7 @@
 # names given as arguments are installed too (the CI sanitizer and fuzzing stages add clang and
 # libclang-rt-dev, which the README's commands do not need).
 set -euo pipefail
-packages=(g++ cmake make nlohmann-json3-dev libcli11-dev libgtest-dev googletest xz-utils "$@")
+packages=(g++ cmake make nlohmann-json3-dev libcli11-dev libgtest-dev googletest xz-utils libcpp-httplib-dev pkg-config "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

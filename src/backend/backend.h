@@ -24,17 +24,30 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "core/memory.h"
 #include "kernels/attention_args.h"
 #include "kernels/gdn_args.h"
 #include "kernels/kv_view.h"
 #include "core/matrix.h"
+#include "core/status.h"
 
 namespace weft {
 
 class KvCache;
+class ThreadPool;
+
+// Every weight of a model as the backend sees it: the matrices (views of the files, in their
+// stored type) and the small f32 vectors (norm weights, A_log, dt_bias, conv1d, biases), all in
+// host memory. A device backend uploads them once (bind_weights) and from then on reads its
+// copies wherever an op is handed one of these host addresses.
+struct WeightSet {
+  std::vector<Matrix> matrices;
+  std::vector<std::span<const float>> vectors;
+};
 
 // Scratch buffers of the forward pass, by role. A role's buffer grows on demand and is reused
 // across calls, so a warm forward pass allocates nothing.
@@ -128,6 +141,17 @@ class Backend {
   virtual std::string name() const = 0;
   // Threads (CPU) the backend computes with.
   virtual int threads() const = 0;
+  // Host threads for host-side work (the CPU backend computes on them too).
+  virtual ThreadPool& pool() = 0;
+  // "cpu" or "cuda": where the ops run.
+  virtual const char* device() const { return "cpu"; }
+
+  // ---- Weights ----
+  // forward() calls bind_weights once per model (key: that model's weights) before the first op
+  // that reads them. A host backend reads weights in place (nothing to do); a device backend
+  // uploads them here and fails with a clear error for types it cannot compute with yet.
+  virtual bool has_weights(const void* key) const { return true; }
+  virtual Status bind_weights(const void* key, const WeightSet& weights) { return Status(); }
 
   // ---- Memory ----
   // The scratch buffer of `role` with room for n floats (contents undefined). Valid until the

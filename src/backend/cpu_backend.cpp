@@ -310,50 +310,7 @@ void CpuBackend::rmsnorm_gated(const float* x, const float* z, const float* w, f
 // ---- Mixture of experts ----
 
 MoeRouting CpuBackend::moe_route(float* logits, int64_t rows, int64_t E, int64_t K, bool renormalize) {
-  const size_t slots = size_t(rows * K);
-  slot_expert_.resize(slots);
-  slot_weight_.resize(slots);
-  order_.resize(size_t(E));
-  for (int64_t t = 0; t < rows; ++t) {
-    float* p = logits + t * E;
-    softmax(p, E);
-    std::iota(order_.begin(), order_.end(), 0);
-    std::partial_sort(order_.begin(), order_.begin() + K, order_.end(),
-                      [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-    double sum = 0;
-    for (int64_t k = 0; k < K; ++k) sum += p[order_[size_t(k)]];
-    for (int64_t k = 0; k < K; ++k) {
-      slot_expert_[size_t(t * K + k)] = order_[size_t(k)];
-      slot_weight_[size_t(t * K + k)] = renormalize ? float(p[order_[size_t(k)]] / sum) : p[order_[size_t(k)]];
-    }
-  }
-  // Counting sort of the slots by expert; slots stay in increasing order inside an expert.
-  expert_begin_.assign(size_t(E + 1), 0);
-  for (size_t i = 0; i < slots; ++i) ++expert_begin_[size_t(slot_expert_[i]) + 1];
-  for (int64_t e = 0; e < E; ++e) {
-    counters_.moe_experts_touched += expert_begin_[size_t(e + 1)] != 0;
-    expert_begin_[size_t(e + 1)] += expert_begin_[size_t(e)];
-  }
-  ++counters_.moe_route_calls;
-  sorted_slot_.resize(slots);
-  slot_pos_.resize(slots);
-  std::vector<int32_t>& fill = order_;
-  fill.assign(expert_begin_.begin(), expert_begin_.end() - 1);
-  for (size_t i = 0; i < slots; ++i) {
-    const int32_t pos = fill[size_t(slot_expert_[i])]++;
-    sorted_slot_[size_t(pos)] = int32_t(i);
-    slot_pos_[i] = pos;
-  }
-  MoeRouting r;
-  r.rows = rows;
-  r.k = K;
-  r.n_experts = E;
-  r.expert_begin = expert_begin_.data();
-  r.sorted_slot = sorted_slot_.data();
-  r.slot_pos = slot_pos_.data();
-  r.slot_weight = slot_weight_.data();
-  r.slot_expert = slot_expert_.data();
-  return r;
+  return route_on_host(logits, rows, E, K, renormalize, &routing_, &counters_);
 }
 
 void CpuBackend::moe_gather(const MoeRouting& r, const float* x, int64_t width, float* dst) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/moe_route_host.h"
 #include "core/thread_pool.h"
 
 namespace weft {
@@ -18,7 +19,7 @@ class CpuBackend final : public Backend {
 
   std::string name() const override;
   int threads() const override { return pool_.size(); }
-  ThreadPool& pool() { return pool_; }
+  ThreadPool& pool() override { return pool_; }
 
   float* buffer(Buf role, int64_t n) override;
   PageAllocator& allocator() override;
@@ -66,9 +67,7 @@ class CpuBackend final : public Backend {
 
   ThreadPool pool_;
   std::array<std::vector<float>, size_t(Buf::kCount)> buffers_;
-  // MoE routing arrays (host: this backend's memory).
-  std::vector<int32_t> expert_begin_, sorted_slot_, slot_pos_, slot_expert_, order_;
-  std::vector<float> slot_weight_;
+  MoeRoutingHost routing_;  // MoE routing arrays (host: this backend's memory)
 };
 
 }  // namespace weft

@@ -96,8 +96,34 @@ size_t KvCache::bytes_allocated() const {
   return n;
 }
 
+void KvCache::copy_pages_from(const KvCache& src) {
+  assert(src.spec_.n_layers == spec_.n_layers && src.page_bytes() == page_bytes() &&
+         src.spec_.page_tokens == spec_.page_tokens);
+  clear();
+  // The device side copies (its copy reads and writes host memory too).
+  PageAllocator& by = allocator_->host_accessible() ? *src.allocator_ : *allocator_;
+  for (int64_t l = 0; l < spec_.n_layers; ++l) {
+    const Layer& S = src.layers_[size_t(l)];
+    grow(l, S.length);
+    for (size_t p = 0; p < S.pages.size(); ++p) by.copy(layers_[size_t(l)].pages[p], S.pages[p], page_bytes());
+  }
+}
+
 void KvCache::assign_from(const KvCache& src) {
-  assert(allocator_->host_accessible() && src.allocator_->host_accessible());
+  if (!allocator_->host_accessible() || !src.allocator_->host_accessible()) {
+    // A device cache on either side: same format page by page, else through host copies
+    // (rows re-encoded on the host exactly as below).
+    if (src.spec_.k_type == spec_.k_type && src.spec_.v_type == spec_.v_type &&
+        src.spec_.page_tokens == spec_.page_tokens) {
+      copy_pages_from(src);
+      return;
+    }
+    KvCache host_src(src.spec_), host_dst(spec_);
+    host_src.copy_pages_from(src);
+    host_dst.assign_from(host_src);
+    copy_pages_from(host_dst);
+    return;
+  }
   assert(src.spec_.n_layers == spec_.n_layers && src.spec_.n_kv_heads == spec_.n_kv_heads &&
          src.spec_.head_dim == spec_.head_dim);
   clear();

@@ -67,6 +67,8 @@ class KvCache {
   // heads and head_dim; page size may differ). Rows of equal type are copied byte for byte;
   // otherwise each row is decoded to f32 and encoded once (e.g. an f16 prefix quantized to
   // q8_0 exactly as append would have quantized the same f32 row, up to the f16 rounding).
+  // Either cache may live in device memory (a device allocator); then rows are re-encoded through
+  // host copies.
   void assign_from(const KvCache& src);
 
  private:
@@ -75,6 +77,8 @@ class KvCache {
     int64_t length = 0;
   };
   size_t page_bytes() const;
+  // Byte copy of src's pages (same spec), wherever either cache lives.
+  void copy_pages_from(const KvCache& src);
   void release_pages(Layer& layer, size_t keep);
 
   KvCacheSpec spec_;

@@ -110,6 +110,8 @@ int run_bench_cmd(int argc, char** argv) {
   app.add_option("--repeats", repeats, "interleaved repeats per arm (default 6: fewer cannot support a 95% claim)")->check(CLI::PositiveNumber);
   app.add_option("--gen", gen, "decoded tokens per timed run (default 16)")->check(CLI::PositiveNumber);
   app.add_option("--threads", o.threads, "worker threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  std::string device;
+  add_device_flag(app, &device);
   app.add_option("--page-tokens", o.page_tokens, "KV page size in tokens")->check(CLI::PositiveNumber);
   app.add_option("--kill-at", o.kill_at, "depth of the Step 0 verdict")->check(CLI::PositiveNumber);
   app.add_option("--kill-below", o.kill_below, "Step 0: kill when the ceiling is under 1 + this")->check(CLI::NonNegativeNumber);
@@ -125,6 +127,9 @@ int run_bench_cmd(int argc, char** argv) {
   app.add_flag("--json", json, "print exactly one JSON object on stdout");
   app.add_flag("-q,--quiet", quiet, "no progress lines on stderr");
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
+  auto dev = resolve_device(device);
+  if (!dev.ok()) return fail(dev.status());
+  o.device = dev.value();
   const bool synthetic_flags = ov.layers > 0 || ov.experts > 0 || ov.vocab > 0 || ov.hidden > 0;
   if (synthetic_flags && synthetic.empty()) {
     std::fprintf(stderr, "weft bench: --layers/--experts/--vocab/--hidden need --synthetic\n");

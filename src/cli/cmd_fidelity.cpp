@@ -80,8 +80,12 @@ int run_fidelity_cmd(int argc, char** argv) {
   app.add_option("--threads", threads, "worker threads per session (0 = all cores); results do not depend on it")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--out", out_dir, "write results.json, report.md and kl_by_depth.svg here");
+  std::string device;
+  add_device_flag(app, &device);
   app.add_flag("--json", json, "print one JSON object on stdout instead of the Markdown table");
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
+  auto dev = resolve_device(device);
+  if (!dev.ok()) return fail(dev.status());
   if (text_file.empty() && ids_file.empty()) {
     std::fprintf(stderr, "weft fidelity: one of --text FILE or --ids-file FILE is required\n(see weft fidelity --help)\n");
     return 2;
@@ -146,6 +150,7 @@ int run_fidelity_cmd(int argc, char** argv) {
   lab::FidelityOptions opts;
   opts.batch = batch;
   opts.threads = threads;
+  opts.device = dev.value();
   const bool tty = isatty(fileno(stderr));
   const auto start = std::chrono::steady_clock::now();
   double last_print = -1;

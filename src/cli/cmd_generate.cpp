@@ -13,8 +13,10 @@
 
 #include "cli/command.h"
 #include "cli/common.h"
+#include "io/chat_template.h"
 #include "io/model_files.h"
 #include "engine/engine.h"
+#include "engine/generation_defaults.h"
 #include "engine/sampler.h"
 #include "io/tokenizer.h"
 
@@ -44,30 +46,53 @@ int run_generate(int argc, char** argv) {
   int threads = 0;
   int64_t ctx_max = 0;
   bool json = false, no_stop = false;
+  bool chat = false;
+  std::string system_prompt, chat_template_file;
   SamplerOptions so;
   KvFlags kv;
   app.add_option("-m,--model", model_dir, "model directory (HF format) or .gguf file; default: the built-in model");
   app.add_option("--ids-file", ids_files, "prompt as token ids (whitespace/comma separated); repeatable");
   app.add_option("-p,--prompt", prompts, "prompt text (needs tokenizer.json in the model dir, or a GGUF tokenizer); repeatable");
   app.add_option("-n,--n-tokens", n, "tokens to generate per input")->check(CLI::NonNegativeNumber);
-  app.add_option("--temp", so.temperature, "temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
+  app.add_option("--temp", so.temperature, "temperature (0 = greedy; default: the model's generation_config.json)")->check(CLI::NonNegativeNumber);
   app.add_option("--top-k", so.top_k, "keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
   app.add_option("--top-p", so.top_p, "nucleus sampling mass (1 = off)")->check(CLI::Range(0.0, 1.0));
   app.add_option("--min-p", so.min_p, "drop tokens below min_p x p(top) (0 = off)")->check(CLI::Range(0.0, 1.0));
   app.add_option("--seed", so.seed, "sampling seed (each input's sampler starts from it)");
   app.add_option("--threads", threads, "worker threads (0 = all cores)")->check(CLI::Range(0, 1024));
+  app.add_flag("--chat", chat,
+               "render each --prompt as a user message through the model's chat template (with the "
+               "assistant turn opened), as transformers' apply_chat_template does");
+  app.add_option("--system", system_prompt, "with --chat: a system message before the user's");
+  app.add_option("--chat-template", chat_template_file, "with --chat: a Jinja template file to use instead of the model's");
   app.add_flag("--ignore-eos", no_stop, "keep generating past end-of-sequence tokens");
   app.add_flag("--json", json,
                "print one JSON object per input (in input order, one per line): tokens, prefill_tok_s, "
                "decode_tok_s, text");
   kv.add(app);
+  std::string device;
+  add_device_flag(app, &device);
   add_ctx_max_flag(app, &ctx_max);
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
+  auto dev = resolve_device(device);
+  if (!dev.ok()) return fail(dev.status());
 
   auto kv_options = kv.resolve();
   if (!kv_options.ok()) return fail(kv_options.status());
   auto model = open_model(&model_dir);
   if (!model.ok()) return fail(model.status());
+  // Sampling flags not given come from the model's generation_config.json, as in chat and serve.
+  {
+    auto defaults = load_generation_defaults(model_dir);
+    if (!defaults.ok()) return fail(defaults.status());
+    const SamplerOptions& d = defaults.value().sampling;
+    if (!app.count("--temp")) so.temperature = d.temperature;
+    if (!app.count("--top-k")) so.top_k = d.top_k;
+    if (!app.count("--top-p")) so.top_p = d.top_p;
+    if (!app.count("--min-p")) so.min_p = d.min_p;
+    std::fprintf(stderr, "weft: %s%s\n", defaults.value().describe().c_str(),
+                 app.count("--temp") + app.count("--top-k") + app.count("--top-p") + app.count("--min-p") ? " (flags override)" : "");
+  }
   const ModelConfig& c = model.value()->config();
   std::optional<Tokenizer> tokenizer;
   if (std::filesystem::exists(model_dir + "/tokenizer.json") || ModelFiles::is_gguf(model_dir)) {
@@ -83,11 +108,31 @@ int run_generate(int argc, char** argv) {
     if (r.value().empty()) return fail(Status::error("'" + f + "' holds no token ids"));
     jobs.emplace_back().prompt = std::move(r.value());
   }
+  if (!chat && (!system_prompt.empty() || !chat_template_file.empty())) {
+    return fail(Status::error("--system and --chat-template need --chat"));
+  }
+  std::optional<ChatTemplate> chat_template;
+  if (chat) {
+    auto t = chat_template_file.empty() ? ChatTemplate::for_model(model_dir)
+                                        : ChatTemplate::from_file(chat_template_file, model_dir);
+    if (!t.ok()) return fail(t.status());
+    chat_template = std::move(t.value());
+  }
   for (const std::string& p : prompts) {
     if (!tokenizer) return fail(Status::error("--prompt needs tokenizer.json in '" + model_dir + "'; use --ids-file"));
     std::vector<int32_t> ids;
-    if (tokenizer->add_bos() && tokenizer->bos_id()) ids.push_back(*tokenizer->bos_id());
-    auto enc = tokenizer->encode(p);
+    std::string text = p;
+    if (chat_template) {  // the template writes any BOS itself, so none is added here
+      ChatTemplateInput in;
+      if (!system_prompt.empty()) in.messages.push_back({{"role", "system"}, {"content", system_prompt}});
+      in.messages.push_back({{"role", "user"}, {"content", p}});
+      auto rendered = chat_template->render(in);
+      if (!rendered.ok()) return fail(rendered.status());
+      text = std::move(rendered.value());
+    } else if (tokenizer->add_bos() && tokenizer->bos_id()) {
+      ids.push_back(*tokenizer->bos_id());
+    }
+    auto enc = tokenizer->encode(text);
     ids.insert(ids.end(), enc.begin(), enc.end());
     if (ids.empty() && c.bos_token_id >= 0) ids.push_back(c.bos_token_id);
     if (ids.empty()) return fail(Status::error("empty prompt and the model has no BOS token"));
@@ -103,6 +148,7 @@ int run_generate(int argc, char** argv) {
 
   EngineOptions eo;
   eo.threads = threads;
+  eo.device = dev.value();
   Engine engine(*model.value(), eo);
   std::vector<PrefillInput> prefill;
   int64_t prompt_tokens = 0;

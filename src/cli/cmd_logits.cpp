@@ -25,8 +25,12 @@ int run_logits(int argc, char** argv) {
       ->check(CLI::Range(0, 1024));
   app.add_option("--batch", batch, "tokens per forward call (rounded up to a multiple of 64, the prefill chunk; results do not depend on it)")->check(CLI::PositiveNumber);
   kv.add(app);
+  std::string device;
+  add_device_flag(app, &device);
   add_ctx_max_flag(app, &ctx_max);
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
+  auto dev = resolve_device(device);
+  if (!dev.ok()) return fail(dev.status());
 
   auto kv_options = kv.resolve();
   if (!kv_options.ok()) return fail(kv_options.status());
@@ -41,6 +45,7 @@ int run_logits(int argc, char** argv) {
   SessionOptions so;
   so.kv = kv_options.value();
   so.threads = threads;
+  so.device = dev.value();
   so.batch = batch;
   Session session(*model.value(), so);
   // Rows are streamed into the file batch by batch: memory holds one batch of logits, never

@@ -278,4 +278,15 @@ std::string human_bytes(double b) {
   return buf;
 }
 
+void add_device_flag(CLI::App& app, std::string* device) {
+  app.add_option("--device", *device, "where the forward pass runs: cpu or cuda")->default_val("cpu");
+}
+
+Result<Device> resolve_device(const std::string& name) {
+  auto d = parse_device(name);
+  if (!d.ok()) return d.status();
+  WEFT_RETURN_IF_ERROR(check_device(d.value()));
+  return d.value();
+}
+
 }  // namespace weft::cli

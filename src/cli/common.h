@@ -11,6 +11,7 @@
 
 #include "core/status.h"
 #include "model/model.h"
+#include "backend/backend_factory.h"
 #include "model/state.h"
 
 namespace weft::cli {
@@ -69,7 +70,12 @@ struct KvFlags {
 // Runs CLI11 parsing; returns -1 to continue, or the exit code (0 for --help, 2 for bad usage).
 int parse_or_exit(CLI::App& app, int argc, char** argv);
 
-int fail(const Status& status);  // prints "weft: <message>" and returns 1
+int fail(const Status& status);
+
+// Adds --device cpu|cuda; resolve_device parses it and checks the device can run here (a clear
+// error when the build has no CUDA or no GPU is visible).
+void add_device_flag(CLI::App& app, std::string* device);
+Result<Device> resolve_device(const std::string& device);  // prints "weft: <message>" and returns 1
 
 std::string human_bytes(double bytes);
 

@@ -1,8 +1,17 @@
 #include "core/memory.h"
 
+#include <cstring>
 #include <new>
 
 namespace weft {
+
+void PageAllocator::fill_zero(uint8_t* dst, size_t bytes) {
+  if (bytes) std::memset(dst, 0, bytes);
+}
+
+void PageAllocator::copy(uint8_t* dst, const uint8_t* src, size_t bytes) {
+  if (bytes && dst != src) std::memcpy(dst, src, bytes);
+}
 
 namespace {
 

@@ -17,6 +17,10 @@ class PageAllocator {
   virtual void release(uint8_t* page) = 0;
   // True when the host may read and write the pages directly.
   virtual bool host_accessible() const = 0;
+  // Byte operations on this allocator's memory (a device allocator runs them on its device; its
+  // copy also takes host memory on either side, so state can be saved to and restored from host).
+  virtual void fill_zero(uint8_t* dst, size_t bytes);
+  virtual void copy(uint8_t* dst, const uint8_t* src, size_t bytes);
 };
 
 // Plain host memory (64-byte aligned); the default for caches made outside any backend (tests,

@@ -6,7 +6,7 @@
 namespace weft {
 
 Engine::Engine(const Model& model, const EngineOptions& options)
-    : model_(model), options_(options), backend_(options.threads) {
+    : model_(model), options_(options), backend_(make_backend_or_throw({options.device, options.threads})) {
   if (options_.prefill_batch <= 0) options_.prefill_batch = prefill_rows_for_memory(model.config());
   options_.prefill_batch =
       std::max<int64_t>(1, (options_.prefill_batch + kPrefillChunk - 1) / kPrefillChunk) * kPrefillChunk;
@@ -14,7 +14,7 @@ Engine::Engine(const Model& model, const EngineOptions& options)
 
 SeqId Engine::add(const KvOptions& kv) {
   const SeqId id = next_id_++;
-  seqs_.emplace(id, std::make_unique<ModelState>(model_.config(), kv, &backend_.allocator()));
+  seqs_.emplace(id, std::make_unique<ModelState>(model_.config(), kv, &backend_->allocator()));
   return id;
 }
 
@@ -65,7 +65,7 @@ Status Engine::prefill(std::span<const PrefillInput> inputs,
       batch.push_back(rows);
       budget -= take;
     }
-    WEFT_RETURN_IF_ERROR(forward(model_, backend_, std::span<const SequenceRows>(batch)));
+    WEFT_RETURN_IF_ERROR(forward(model_, *backend_, std::span<const SequenceRows>(batch)));
     size_t b = 0;
     for (Pending& p : pending)
       if (b < batch.size() && batch[b].state == p.state) {
@@ -92,7 +92,7 @@ Status Engine::decode(std::span<const DecodeInput> inputs) {
     rows.logits = in.logits;
     batch.push_back(rows);
   }
-  return forward(model_, backend_, std::span<const SequenceRows>(batch));
+  return forward(model_, *backend_, std::span<const SequenceRows>(batch));
 }
 
 Status Engine::verify(SeqId seq, const int32_t* ids, int64_t n, float* logits) {
@@ -105,7 +105,7 @@ Status Engine::verify(SeqId seq, const int32_t* ids, int64_t n, float* logits) {
   rows.numerics = RowNumerics::kDecode;
   rows.logits = logits;
   rows.all_logits = true;
-  return forward(model_, backend_, rows);
+  return forward(model_, *backend_, rows);
 }
 
 }  // namespace weft

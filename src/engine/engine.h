@@ -18,7 +18,8 @@
 #include <memory>
 #include <span>
 
-#include "backend/cpu_backend.h"
+#include "backend/backend_factory.h"
+#include "core/thread_pool.h"
 #include "core/status.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -31,6 +32,9 @@ struct EngineOptions {
   // Rows per prefill forward call, rounded up to a multiple of kPrefillChunk; 0: sized by memory
   // (prefill_rows_for_memory). Results do not depend on it.
   int64_t prefill_batch = 0;
+  // Where the forward pass runs (commands check_device first). Last, so positional
+  // initialisers written before it keep their meaning.
+  Device device = Device::kCpu;
 };
 
 using SeqId = int64_t;
@@ -53,8 +57,8 @@ class Engine {
   Engine(const Model& model, const EngineOptions& options);
 
   const Model& model() const { return model_; }
-  Backend& backend() { return backend_; }
-  int threads() const { return backend_.threads(); }
+  Backend& backend() { return *backend_; }
+  int threads() const { return backend_->threads(); }
 
   SeqId add(const KvOptions& kv);
   // Frees the sequence's KV pages and state; unknown ids are ignored.
@@ -78,7 +82,7 @@ class Engine {
 
   const Model& model_;
   EngineOptions options_;
-  CpuBackend backend_;
+  std::unique_ptr<Backend> backend_;
   std::map<SeqId, std::unique_ptr<ModelState>> seqs_;
   SeqId next_id_ = 1;
 };

@@ -5,8 +5,8 @@
 namespace weft {
 
 Session::Session(const Model& model, const SessionOptions& options)
-    : model_(model), options_(options), backend_(options.threads), state_(model.config(), options.kv,
-                                                                         &backend_.allocator()) {
+    : model_(model), options_(options), backend_(make_backend_or_throw({options.device, options.threads})),
+      state_(model.config(), options.kv, &backend_->allocator()) {
   if (options_.batch <= 0) options_.batch = prefill_rows_for_memory(model.config());
   options_.batch = std::max<int64_t>(1, (options_.batch + kPrefillChunk - 1) / kPrefillChunk) * kPrefillChunk;
 }
@@ -25,7 +25,7 @@ Status Session::feed(const int32_t* ids, int64_t n, float* all_logits, float* la
     } else if (last_logits && done + rows.n == n) {
       rows.logits = last_logits;
     }
-    WEFT_RETURN_IF_ERROR(forward(model_, backend_, rows));
+    WEFT_RETURN_IF_ERROR(forward(model_, *backend_, rows));
     done += rows.n;
   }
   if (all_logits && last_logits && n > 0) std::copy(all_logits + (n - 1) * V, all_logits + n * V, last_logits);
@@ -54,7 +54,7 @@ Status Session::step(int32_t id, float* logits) {
   rows.n = 1;
   rows.numerics = RowNumerics::kDecode;
   rows.logits = logits;
-  return forward(model_, backend_, rows);
+  return forward(model_, *backend_, rows);
 }
 
 Status Session::verify(const int32_t* ids, int64_t n, float* logits) {
@@ -65,7 +65,7 @@ Status Session::verify(const int32_t* ids, int64_t n, float* logits) {
   rows.numerics = RowNumerics::kDecode;
   rows.logits = logits;
   rows.all_logits = true;
-  return forward(model_, backend_, rows);
+  return forward(model_, *backend_, rows);
 }
 
 }  // namespace weft

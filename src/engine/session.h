@@ -9,7 +9,8 @@
 #include <functional>
 #include <memory>
 
-#include "backend/cpu_backend.h"
+#include "backend/backend_factory.h"
+#include "core/thread_pool.h"
 #include "core/status.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -23,6 +24,9 @@ struct SessionOptions {
   // Prefill tokens per forward call, rounded up to a multiple of kPrefillChunk; 0: sized by
   // memory (prefill_rows_for_memory). Results do not depend on it.
   int64_t batch = 0;
+  // Where the forward pass runs (commands check_device first). Last, so positional
+  // initialisers written before it keep their meaning.
+  Device device = Device::kCpu;
 };
 
 class Session {
@@ -35,8 +39,8 @@ class Session {
   // kPrefillChunk. Callers that slice a prompt themselves slice by this to keep results identical.
   int64_t batch() const { return options_.batch; }
   ModelState& state() { return state_; }
-  ThreadPool& pool() { return backend_.pool(); }
-  Backend& backend() { return backend_; }
+  ThreadPool& pool() { return backend_->pool(); }
+  Backend& backend() { return *backend_; }
 
   // Feeds `n` tokens (prefill or teacher forcing). all_logits (if non-null) receives [n, V]
   // logits of every position; last_logits (if non-null) receives the [V] logits of the last.
@@ -55,7 +59,7 @@ class Session {
  private:
   const Model& model_;
   SessionOptions options_;
-  CpuBackend backend_;
+  std::unique_ptr<Backend> backend_;
   ModelState state_;
 };
 

@@ -109,6 +109,7 @@ Result<BenchResult> run_bench(const Model& model, const std::string& model_name,
   auto make_session = [&](DType t) {
     SessionOptions so;
     so.threads = opt.threads;
+    so.device = opt.device;
     so.batch = opt.prefill_batch;
     so.kv.k_type = so.kv.v_type = t;
     so.kv.page_tokens = opt.page_tokens;
@@ -129,7 +130,7 @@ Result<BenchResult> run_bench(const Model& model, const std::string& model_name,
 
   std::unique_ptr<EnergyMeter> meter;
   if (opt.energy) {
-    meter.reset(new EnergyMeter(/*gpu_used=*/false));  // weft decodes on the CPU today
+    meter.reset(new EnergyMeter(/*gpu_used=*/opt.device == Device::kCuda));  // NVML on the GPU, RAPL on the CPU
     r.energy_status = meter->available() ? meter->source() : "unavailable: " + meter->reason();
   } else {
     r.energy_status = "off";
@@ -228,6 +229,7 @@ Result<BenchResult> run_bench(const Model& model, const std::string& model_name,
       bo.repeats = opt.repeats;
       bo.gen = opt.gen;
       bo.threads = opt.threads;
+      bo.device = opt.device;
       bo.page_tokens = opt.page_tokens;
       for (DType t : opt.arms) {
         if (opt.progress)

@@ -32,6 +32,7 @@
 #include "lab/stats.h"
 #include "model/footprint.h"
 #include "model/model.h"
+#include "backend/backend_factory.h"
 
 namespace weft::lab {
 
@@ -41,6 +42,7 @@ struct BenchOptions {
   int repeats = kMinRepeatsForClaim;     // fewer cannot support a claim (lab/ceiling_claim.h)
   int gen = 16;                           // decoded tokens per timed run
   int threads = 0;                        // 0: all cores
+  Device device = Device::kCpu;           // where the sessions compute (bench --device)
   int64_t page_tokens = 256;
   int64_t prefill_batch = 128;
   uint64_t seed = 0x5eed;                 // the prefill token stream

@@ -23,6 +23,7 @@ Result<BatchArm> run_batch_arm(const Model& model, const ModelState& prefilled, 
   const int64_t V = c.vocab_size, max_b = o.batches.back();
   EngineOptions eo;
   eo.threads = o.threads;
+  eo.device = o.device;
   Engine engine(model, eo);
   KvOptions kv;
   kv.k_type = kv.v_type = type;

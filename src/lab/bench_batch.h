@@ -21,6 +21,7 @@
 #include "model/footprint.h"
 #include "model/model.h"
 #include "model/state.h"
+#include "backend/backend_factory.h"
 
 namespace weft::lab {
 
@@ -45,6 +46,7 @@ struct BatchRunOptions {
   int repeats = 6;
   int gen = 16;
   int threads = 0;
+  Device device = Device::kCpu;
   int64_t page_tokens = 256;
 };
 

@@ -226,6 +226,7 @@ Result<FidelityResult> run_fidelity(const Model& model, const std::vector<int32_
     SessionOptions so;
     so.kv = a.kv;
     so.threads = options.threads;
+    so.device = options.device;
     so.batch = B;
     if (a.model && a.model->config().vocab_size != V)
       return Status::error("arm '" + a.name + "' has another vocabulary size than the reference model");

@@ -29,6 +29,7 @@
 #include "core/status.h"
 #include "model/model.h"
 #include "model/state.h"
+#include "backend/backend_factory.h"
 
 namespace weft::lab {
 
@@ -96,6 +97,7 @@ struct FidelityArmResult {
 struct FidelityOptions {
   int64_t batch = 128;  // tokens per lockstep chunk (and per forward call)
   int threads = 0;      // per session; 0 = all cores. Results do not depend on it.
+  Device device = Device::kCpu;  // where the sessions compute
   // Called after each chunk with (tokens fed so far, total tokens).
   std::function<void(int64_t done, int64_t total)> progress;
 };

@@ -246,6 +246,44 @@ void moe_layer(const ModelConfig& c, const FfnWeights& w, int64_t R, const float
   }
 }
 
+// Every weight the ops below read, for Backend::bind_weights.
+WeightSet weight_set(const ModelWeights& W) {
+  WeightSet set;
+  auto m = [&](const Matrix& x) {
+    if (x.data) set.matrices.push_back(x);
+  };
+  auto v = [&](const std::vector<float>& x) {
+    if (!x.empty()) set.vectors.emplace_back(x.data(), x.size());
+  };
+  auto expert = [&](const ExpertWeights& e) {
+    m(e.gate_proj);
+    m(e.up_proj);
+    m(e.down_proj);
+  };
+  m(W.embed_tokens);
+  m(W.lm_head);
+  v(W.final_norm);
+  for (const LayerWeights& L : W.layers) {
+    v(L.input_layernorm);
+    v(L.post_attention_layernorm);
+    for (const Matrix* x : {&L.attn.q_proj, &L.attn.k_proj, &L.attn.v_proj, &L.attn.o_proj}) m(*x);
+    for (const auto* x : {&L.attn.q_bias, &L.attn.k_bias, &L.attn.v_bias, &L.attn.q_norm, &L.attn.k_norm}) v(*x);
+    for (const Matrix* x : {&L.gdn.in_proj_qkv, &L.gdn.in_proj_z, &L.gdn.in_proj_b, &L.gdn.in_proj_a,
+                            &L.gdn.in_proj_qkvz, &L.gdn.in_proj_ba, &L.gdn.out_proj})
+      m(*x);
+    for (const auto* x : {&L.gdn.conv1d, &L.gdn.a_log, &L.gdn.dt_bias, &L.gdn.norm}) v(*x);
+    expert(L.ffn.dense);
+    m(L.ffn.router);
+    for (const auto* t : {&L.ffn.expert_gate, &L.ffn.expert_up, &L.ffn.expert_down})
+      for (const Matrix& x : *t) m(x);
+    if (L.ffn.has_shared_expert) {
+      expert(L.ffn.shared_expert);
+      m(L.ffn.shared_expert_gate);
+    }
+  }
+  return set;
+}
+
 Status validate(const ModelConfig& c, std::span<const SequenceRows> batch) {
   for (size_t s = 0; s < batch.size(); ++s) {
     const SequenceRows& seq = batch[s];
@@ -274,6 +312,8 @@ Status forward(const Model& model, Backend& be, std::span<const SequenceRows> ba
   const ModelConfig& c = model.config();
   const ModelWeights& W = model.weights();
   WEFT_RETURN_IF_ERROR(validate(c, batch));
+  // A device backend uploads the weights on first use (the CPU backend reads them in place).
+  if (!be.has_weights(&W)) WEFT_RETURN_IF_ERROR(be.bind_weights(&W, weight_set(W)));
   // Host-side row tables (ids, positions, output rows), reused across calls.
   thread_local std::vector<int32_t> ids, out_rows;
   thread_local std::vector<int64_t> positions, first;

@@ -28,7 +28,7 @@ RecurrentStateSpec recurrent_state_spec(const ModelConfig& c) {
 }
 
 ModelState::ModelState(const ModelConfig& c, const KvOptions& kv, PageAllocator* allocator)
-    : kv_options_(kv), kv_(kv_cache_spec(c, kv), allocator), recurrent_(recurrent_state_spec(c)) {
+    : kv_options_(kv), kv_(kv_cache_spec(c, kv), allocator), recurrent_(recurrent_state_spec(c), allocator) {
   int64_t n_full = 0, n_lin = 0;
   for (LayerKind k : c.layer_kinds) slot_.push_back(k == LayerKind::kFullAttention ? n_full++ : n_lin++);
 }

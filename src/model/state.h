@@ -26,7 +26,7 @@ struct KvOptions {
 
 class ModelState {
  public:
-  // KV pages come from `allocator` (the backend's memory; host memory when null).
+  // KV pages and the GDN state come from `allocator` (the backend's memory; host memory when null).
   ModelState(const ModelConfig& config, const KvOptions& kv, PageAllocator* allocator = nullptr);
 
   int64_t position() const { return position_; }

@@ -1,0 +1,92 @@
+#include "backend/cuda/device_weights.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "kernels/cuda/matmul.cuh"
+
+namespace weft {
+
+DeviceWeights::~DeviceWeights() {
+  for (void* p : allocations_) cudaFree(p);
+}
+
+Result<std::shared_ptr<DeviceWeights>> DeviceWeights::upload(const WeightSet& set) {
+  struct Span {
+    uintptr_t begin, end;
+  };
+  std::vector<Span> spans;
+  for (const Matrix& m : set.matrices) {
+    if (!cuda::matmul_supports(m.dtype))
+      return Status::error(std::string("weight type ") + dtype_name(m.dtype) + " (a [" + std::to_string(m.rows) + ", " +
+                           std::to_string(m.cols) + "] matrix) is not yet on CUDA; the CUDA backend takes bf16, f16 "
+                           "and f32 weights (convert with `weft convert --type bf16`)");
+    const uintptr_t b = reinterpret_cast<uintptr_t>(m.data);
+    spans.push_back({b, b + m.bytes()});
+  }
+  for (const auto& v : set.vectors) {
+    const uintptr_t b = reinterpret_cast<uintptr_t>(v.data());
+    spans.push_back({b, b + v.size_bytes()});
+  }
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  // Merge overlapping ranges (slices of one fused tensor, tied embeddings) into one upload.
+  std::vector<Span> merged;
+  for (const Span& s : spans) {
+    if (s.end == s.begin) continue;
+    if (!merged.empty() && s.begin < merged.back().end) merged.back().end = std::max(merged.back().end, s.end);
+    else merged.push_back(s);
+  }
+  auto w = std::make_shared<DeviceWeights>();
+  for (const Span& s : merged) {
+    const size_t bytes = s.end - s.begin, skew = s.begin % 256;
+    void* base = nullptr;
+    if (cudaError_t e = cudaMalloc(&base, bytes + skew); e != cudaSuccess) {
+      cudaGetLastError();
+      return Status::error("out of GPU memory uploading the weights (" + std::to_string(w->bytes_ + bytes) +
+                           " bytes so far): " + cudaGetErrorString(e));
+    }
+    w->allocations_.push_back(base);
+    uint8_t* dev = static_cast<uint8_t*>(base) + skew;
+    if (cudaError_t e = cudaMemcpy(dev, reinterpret_cast<const void*>(s.begin), bytes, cudaMemcpyHostToDevice);
+        e != cudaSuccess)
+      return Status::error(std::string("uploading the weights to the GPU: ") + cudaGetErrorString(e));
+    w->ranges_[s.begin] = {s.end, dev};
+    w->bytes_ += bytes;
+  }
+  return w;
+}
+
+const void* DeviceWeights::translate(const void* host) const {
+  const uintptr_t h = reinterpret_cast<uintptr_t>(host);
+  auto it = ranges_.upper_bound(h);
+  if (it == ranges_.begin()) return host;
+  --it;
+  if (h >= it->second.end) return host;
+  return it->second.device + (h - it->first);
+}
+
+Result<std::shared_ptr<DeviceWeights>> shared_device_weights(const void* key, const WeightSet& set) {
+  // A model is identified by its weights' address plus its first matrix and counts, so a model
+  // loaded later at a freed address never reuses a stale upload.
+  struct Entry {
+    std::weak_ptr<DeviceWeights> weights;
+    const void* first = nullptr;
+    size_t n_matrices = 0, n_vectors = 0;
+  };
+  static std::mutex mu;
+  static std::map<const void*, Entry> registry;
+  std::lock_guard<std::mutex> lock(mu);
+  const void* first = set.matrices.empty() ? nullptr : set.matrices.front().data;
+  auto it = registry.find(key);
+  if (it != registry.end() && it->second.first == first && it->second.n_matrices == set.matrices.size() &&
+      it->second.n_vectors == set.vectors.size())
+    if (auto live = it->second.weights.lock()) return live;
+  auto up = DeviceWeights::upload(set);
+  if (!up.ok()) return up.status();
+  registry[key] = {up.value(), first, set.matrices.size(), set.vectors.size()};
+  return up.value();
+}
+
+}  // namespace weft

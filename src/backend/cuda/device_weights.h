@@ -1,0 +1,48 @@
+// DeviceWeights: one model's weights copied to GPU memory in their stored types, and the map from
+// the host addresses the model hands to ops (Matrix::data, the small f32 vectors) to the copies.
+//
+// Ownership: forward() passes the model's WeightSet to Backend::bind_weights; the CUDA backend
+// asks shared_device_weights() for the upload, which is shared by every CUDA backend of the
+// process while any of them holds it (several Sessions of one model — bench arms, fidelity —
+// keep one copy on the GPU, not one each). Host ranges that overlap (fused expert tensors seen
+// as per-expert slices, a tied lm_head) are uploaded once. Each device range keeps its host
+// range's address modulo 256, so a weight row is exactly as aligned on the GPU as on the host.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/status.h"
+
+namespace weft {
+
+class DeviceWeights {
+ public:
+  ~DeviceWeights();
+  // Uploads every matrix and vector of `set`; an error for weight types the CUDA kernels cannot
+  // compute with yet (block-quantized GGUF types), or when GPU memory runs out.
+  static Result<std::shared_ptr<DeviceWeights>> upload(const WeightSet& set);
+  // The device address of host address `host` inside an uploaded range; `host` itself when it is
+  // in none (already device memory, e.g. a scratch buffer).
+  const void* translate(const void* host) const;
+  size_t bytes() const { return bytes_; }
+
+ private:
+  struct Range {
+    uintptr_t end = 0;
+    uint8_t* device = nullptr;  // the copy of the range's first byte
+  };
+  std::map<uintptr_t, Range> ranges_;  // by host start
+  std::vector<void*> allocations_;
+  size_t bytes_ = 0;
+};
+
+// The upload of `set` for the model whose weights are `key`, shared with other CUDA backends of
+// this process that hold it.
+Result<std::shared_ptr<DeviceWeights>> shared_device_weights(const void* key, const WeightSet& set);
+
+}  // namespace weft

@@ -1,0 +1,50 @@
+// Internal interface between the attention dispatcher (attention.cu) and its kernels
+// (attention_simple.cu, attention_split.cu). Host functions only.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/backend.h"
+
+namespace weft::cuda::detail {
+
+// The reference kernel: any KV type (f32/f16/q8_0/q4_0), any page size, head_dim <= 512.
+// One thread block per (query row, head), keys in order with an online softmax. Slow; the
+// fallback for what the split kernel does not cover, and a second opinion in tests.
+bool simple_supports(const AttentionCall& c);
+void attention_simple(const AttentionCall& c, cudaStream_t stream);
+
+// The tiled split kernel (attention_split.cu): f16 / q8_0 / q4_0 K and V (any mix), head_dim
+// 64, 128 or 256, GQA group <= 16, page_tokens % 32 == 0, page bases 16-byte aligned.
+bool split_supports(const AttentionCall& c);
+// Workspace bytes of one call (its split partials; 0 when the call folds in-block).
+size_t split_workspace_bytes(const AttentionCall& c);
+// Runs calls[0..n) (all split_supports), call i using workspace + offsets[i].
+void attention_split(const AttentionCall* calls, const size_t* offsets, int64_t n, uint8_t* workspace,
+                     cudaStream_t stream);
+
+// Launch shape of the split kernel, process-wide; benchmarks sweep it, everything else keeps the
+// defaults. max_stages, smem_target and blocks_per_sm never change a result (the split size and
+// the fold order are fixed); `wide` picks the warp count, which fixes the order the warps'
+// partial scores are added in: another (equally deterministic) kernel.
+struct SplitTuning {
+  int max_stages = 4;              // cp.async pipeline depth limit (2..4)
+  size_t smem_target = 113 * 1024;  // shared memory per block the depth may grow to (113 KiB: 2 blocks/SM)
+  int blocks_per_sm = 2;            // blocks per SM a long call is spread over (splits per block)
+  bool wide = true;                 // head_dim 256: 8 warps (a warp per 32 dims), else 4 warps
+  // Quantized K/V decoded from the raw tile straight into MMA fragments (warp slices of whole
+  // 32-value blocks) instead of through an f16 tile in shared memory. Changes the dim order of
+  // the dot products (another, equally deterministic kernel), so it is not a launch shape.
+  bool direct = true;
+};
+void set_split_tuning(const SplitTuning& t);
+SplitTuning split_tuning();
+
+// Checks what every kernel relies on (shapes, positions inside the cache); throws
+// std::invalid_argument with a clear message otherwise.
+void validate_call(const AttentionCall& c);
+
+}  // namespace weft::cuda::detail

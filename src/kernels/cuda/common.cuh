@@ -1,0 +1,43 @@
+// Shared helpers of the CUDA kernels: error checks, launch sizes, element conversions and the
+// block reductions every row kernel uses. A reduction here always has one fixed order (thread i
+// sums elements i, i + blockDim, ... in order; then a fixed tree over the threads), so a row's
+// result depends only on that row and the block size, never on the other rows of a batch.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace weft::cuda {
+
+// Throws std::runtime_error naming the call and CUDA's message when e is not cudaSuccess.
+void check(cudaError_t e, const char* what);
+#define WEFT_CUDA_CHECK(expr) ::weft::cuda::check((expr), #expr)
+// Checks the launch just made (configuration errors surface here, not later).
+#define WEFT_CUDA_LAUNCHED() ::weft::cuda::check(cudaGetLastError(), "kernel launch")
+
+inline unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
+
+__device__ __forceinline__ float bf16_bits_to_f32(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
+__device__ __forceinline__ float f16_bits_to_f32(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ float sigmoid_dev(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float silu_dev(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float softplus_dev(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+// Sum of v over the block (blockDim.x a multiple of 32, at most 1024), the same on every thread.
+// Order: warp butterflies (xor 16, 8, 4, 2, 1), then warp 0 sums the warp totals the same way.
+template <typename T>
+__device__ __forceinline__ T block_sum(T v) {
+  __shared__ T warp_sums[32];
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, n_warps = blockDim.x / 32;
+  __syncthreads();  // warp_sums may still be read by a previous call
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  T total = lane < n_warps ? warp_sums[lane] : T(0);
+  for (int off = 16; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
+  return total;
+}
+
+}  // namespace weft::cuda

@@ -1,0 +1,169 @@
+#include "kernels/cuda/gdn.cuh"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "kernels/cuda/common.cuh"
+
+namespace weft::cuda {
+namespace {
+
+// One block per row; thread loops over the per-key-head groups.
+__global__ void gdn_unpack_kernel(const float* qkvz, const float* ba, int64_t nk, int64_t nv, int64_t dk, int64_t dv,
+                                  float* mixed, float* z, float* b, float* a) {
+  const int64_t t = blockIdx.x, r = nv / nk, group = 2 * dk + 2 * r * dv;
+  const int64_t key_dim = nk * dk, value_dim = nv * dv, conv_dim = 2 * key_dim + value_dim;
+  for (int64_t idx = threadIdx.x; idx < nk * group; idx += blockDim.x) {
+    const int64_t h = idx / group, i = idx % group;
+    const float val = qkvz[t * nk * group + idx];
+    if (i < dk) mixed[t * conv_dim + h * dk + i] = val;
+    else if (i < 2 * dk) mixed[t * conv_dim + key_dim + h * dk + (i - dk)] = val;
+    else if (i < 2 * dk + r * dv) mixed[t * conv_dim + 2 * key_dim + h * r * dv + (i - 2 * dk)] = val;
+    else z[t * value_dim + h * r * dv + (i - 2 * dk - r * dv)] = val;
+  }
+  for (int64_t idx = threadIdx.x; idx < nv; idx += blockDim.x) {
+    const int64_t h = idx / r, i = idx % r;
+    b[t * nv + idx] = ba[t * 2 * nv + h * 2 * r + i];
+    a[t * nv + idx] = ba[t * 2 * nv + h * 2 * r + r + i];
+  }
+}
+
+constexpr int kMaxConvKernel = 8;
+
+__global__ void causal_conv_kernel(float* x, int64_t T, int64_t channels, const float* w, int kernel, float* state) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= channels) return;
+  const int hist = kernel - 1;
+  float win[kMaxConvKernel];
+  float wc[kMaxConvKernel];
+  for (int j = 0; j < kernel; ++j) wc[j] = w[c * kernel + j];
+  for (int j = 0; j < hist; ++j) win[j] = state[j * channels + c];
+  for (int64_t t = 0; t < T; ++t) {
+    win[hist] = x[t * channels + c];
+    float s = 0;
+    for (int j = 0; j < kernel; ++j) s += wc[j] * win[j];
+    x[t * channels + c] = silu_dev(s);
+    for (int j = 0; j < hist; ++j) win[j] = win[j + 1];
+  }
+  for (int j = 0; j < hist; ++j) state[j * channels + c] = win[j];
+}
+
+// One block per row: the q/k heads' l2 norms (double, block_sum order per head), β and g.
+__global__ void gdn_prep_kernel(GdnPrepArgs a, float q_scale) {
+  const int64_t t = blockIdx.x, key_dim = a.n_k * a.dk;
+  for (int64_t h = 0; h < 2 * a.n_k; ++h) {
+    float* x = a.mixed + t * a.conv_dim + (h < a.n_k ? h * a.dk : key_dim + (h - a.n_k) * a.dk);
+    double ss = 0;
+    for (int64_t i = threadIdx.x; i < a.dk; i += blockDim.x) ss += double(x[i]) * double(x[i]);
+    ss = block_sum(ss);
+    const float inv = float(1.0 / sqrt(ss + 1e-6));
+    for (int64_t i = threadIdx.x; i < a.dk; i += blockDim.x) {
+      const float v = x[i] * inv;
+      x[i] = h < a.n_k ? v * q_scale : v;
+    }
+  }
+  for (int64_t j = threadIdx.x; j < a.n_v; j += blockDim.x) {
+    a.beta[t * a.n_v + j] = sigmoid_dev(a.beta[t * a.n_v + j]);
+    a.g[t * a.n_v + j] = -expf(a.a_log[j]) * softplus_dev(a.g[t * a.n_v + j] + a.dt_bias[j]);
+  }
+}
+
+// DK > 0: the column lives in registers (DK values); DK == 0: in the state array itself.
+template <int DK>
+__global__ void gdn_recurrence_kernel(GdnRecurrentArgs a) {
+  extern __shared__ float qk[];  // [2, dk]: this token's q and k of the head's key head
+  const int64_t j = blockIdx.x, c = threadIdx.x, dk = DK > 0 ? DK : a.dk, dv = a.dv;
+  const int64_t kh = j / (a.n_v / a.n_k);
+  float* S = a.state + j * dk * dv;
+  float col[DK > 0 ? DK : 1];
+  if constexpr (DK > 0) {
+#pragma unroll
+    for (int r = 0; r < DK; ++r) col[r] = c < dv ? S[r * dv + c] : 0.0f;
+  }
+  for (int64_t t = 0; t < a.T; ++t) {
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < dk; i += blockDim.x) {
+      qk[i] = a.q[t * a.q_stride + kh * dk + i];
+      qk[dk + i] = a.k[t * a.q_stride + kh * dk + i];
+    }
+    __syncthreads();
+    if (c >= dv) continue;
+    const float decay = expf(a.g[t * a.n_v + j]);
+    const float beta = a.beta[t * a.n_v + j];
+    float kv = 0;
+    if constexpr (DK > 0) {
+#pragma unroll
+      for (int r = 0; r < DK; ++r) {
+        col[r] *= decay;
+        kv += col[r] * qk[dk + r];
+      }
+    } else {
+      for (int64_t r = 0; r < dk; ++r) {
+        const float s = S[r * dv + c] * decay;
+        S[r * dv + c] = s;
+        kv += s * qk[dk + r];
+      }
+    }
+    const float delta = (a.v[t * a.v_stride + j * dv + c] - kv) * beta;
+    float o = 0;
+    if constexpr (DK > 0) {
+#pragma unroll
+      for (int r = 0; r < DK; ++r) {
+        col[r] += qk[dk + r] * delta;
+        o += col[r] * qk[r];
+      }
+    } else {
+      for (int64_t r = 0; r < dk; ++r) {
+        const float s = S[r * dv + c] + qk[dk + r] * delta;
+        S[r * dv + c] = s;
+        o += s * qk[r];
+      }
+    }
+    a.out[(t * a.n_v + j) * dv + c] = o;
+  }
+  if constexpr (DK > 0) {
+    if (c < dv) {
+#pragma unroll
+      for (int r = 0; r < DK; ++r) S[r * dv + c] = col[r];
+    }
+  }
+}
+
+}  // namespace
+
+void gdn_unpack(const float* qkvz, const float* ba, int64_t rows, int64_t n_k, int64_t n_v, int64_t dk, int64_t dv,
+                float* mixed, float* z, float* b, float* a, cudaStream_t stream) {
+  if (rows == 0) return;
+  gdn_unpack_kernel<<<unsigned(rows), 256, 0, stream>>>(qkvz, ba, n_k, n_v, dk, dv, mixed, z, b, a);
+  WEFT_CUDA_LAUNCHED();
+}
+
+void causal_conv(float* x, int64_t T, int64_t channels, const float* w, int64_t kernel, float* conv_state,
+                 cudaStream_t stream) {
+  if (kernel < 1 || kernel > kMaxConvKernel)
+    throw std::runtime_error("CUDA causal conv supports kernel sizes 1..8, got " + std::to_string(kernel));
+  if (T == 0) return;
+  causal_conv_kernel<<<blocks_for(channels, 128), 128, 0, stream>>>(x, T, channels, w, int(kernel), conv_state);
+  WEFT_CUDA_LAUNCHED();
+}
+
+void gdn_prep(const GdnPrepArgs& a, cudaStream_t stream) {
+  if (a.rows == 0) return;
+  const float q_scale = 1.0f / std::sqrt(float(a.dk));
+  gdn_prep_kernel<<<unsigned(a.rows), 128, 0, stream>>>(a, q_scale);
+  WEFT_CUDA_LAUNCHED();
+}
+
+void gdn_recurrence(const GdnRecurrentArgs& a, cudaStream_t stream) {
+  if (a.T == 0) return;
+  if (a.dv > 1024) throw std::runtime_error("CUDA GDN recurrence supports value heads up to 1024");
+  const unsigned threads = unsigned((a.dv + 31) / 32 * 32);
+  const size_t smem = size_t(2 * a.dk) * sizeof(float);
+  if (a.dk == 128) gdn_recurrence_kernel<128><<<unsigned(a.n_v), threads, smem, stream>>>(a);
+  else if (a.dk == 64) gdn_recurrence_kernel<64><<<unsigned(a.n_v), threads, smem, stream>>>(a);
+  else if (a.dk == 32) gdn_recurrence_kernel<32><<<unsigned(a.n_v), threads, smem, stream>>>(a);
+  else gdn_recurrence_kernel<0><<<unsigned(a.n_v), threads, smem, stream>>>(a);
+  WEFT_CUDA_LAUNCHED();
+}
+
+}  // namespace weft::cuda

@@ -1,0 +1,166 @@
+#include "kernels/cuda/matmul.cuh"
+
+#include "kernels/cuda/common.cuh"
+
+namespace weft::cuda {
+namespace {
+
+constexpr int kRowsPerWarp = 4;
+constexpr int kTokensPerPass = 8;
+constexpr int kWarpsPerBlock = 4;
+
+template <DType D>
+__device__ __forceinline__ float load_w(const uint8_t* row, int64_t k) {
+  if constexpr (D == DType::kF32) return reinterpret_cast<const float*>(row)[k];
+  else if constexpr (D == DType::kF16) return f16_bits_to_f32(reinterpret_cast<const uint16_t*>(row)[k]);
+  else return bf16_bits_to_f32(reinterpret_cast<const uint16_t*>(row)[k]);
+}
+
+// 8 consecutive weights starting at k (16-byte aligned for 2-byte types, 32 for f32).
+template <DType D>
+__device__ __forceinline__ void load_w8(const uint8_t* row, int64_t k, float* out) {
+  if constexpr (D == DType::kF32) {
+    const float4 a = *reinterpret_cast<const float4*>(reinterpret_cast<const float*>(row) + k);
+    const float4 b = *reinterpret_cast<const float4*>(reinterpret_cast<const float*>(row) + k + 4);
+    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w, out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+  } else {
+    const uint4 u = *reinterpret_cast<const uint4*>(reinterpret_cast<const uint16_t*>(row) + k);
+    const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint16_t lo = uint16_t(words[i] & 0xffffu), hi = uint16_t(words[i] >> 16);
+      if constexpr (D == DType::kF16) out[2 * i] = f16_bits_to_f32(lo), out[2 * i + 1] = f16_bits_to_f32(hi);
+      else out[2 * i] = bf16_bits_to_f32(lo), out[2 * i + 1] = bf16_bits_to_f32(hi);
+    }
+  }
+}
+
+// VEC: weights and activations aligned for 16-byte loads and K % 8 == 0 (same order as scalar).
+// One block's tile: weight rows from block bx, tokens from block by.
+template <DType D, bool VEC>
+__device__ __forceinline__ void matmul_tile(const uint8_t* w, size_t row_bytes, int64_t N, int64_t K, const float* x,
+                                            int64_t ldx, int64_t T, float* y, int64_t ldy, unsigned bx, unsigned by) {
+  const int lane = threadIdx.x % 32;
+  const int64_t n0 = (int64_t(bx) * kWarpsPerBlock + threadIdx.x / 32) * kRowsPerWarp;
+  const int64_t t0 = int64_t(by) * kTokensPerPass;
+  if (n0 >= N || t0 >= T) return;
+  const int n_rows = int(N - n0 < kRowsPerWarp ? N - n0 : kRowsPerWarp);
+  const int n_tok = int(T - t0 < kTokensPerPass ? T - t0 : kTokensPerPass);
+  const uint8_t* rows[kRowsPerWarp];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) rows[r] = w + size_t(n0 + (r < n_rows ? r : 0)) * row_bytes;
+  float acc[kRowsPerWarp][kTokensPerPass];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r)
+#pragma unroll
+    for (int t = 0; t < kTokensPerPass; ++t) acc[r][t] = 0.0f;
+
+  for (int64_t k0 = int64_t(lane) * 8; k0 < K; k0 += 256) {
+    const int n_k = int(K - k0 < 8 ? K - k0 : 8);
+    float wv[kRowsPerWarp][8];
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      if (VEC) {
+        load_w8<D>(rows[r], k0, wv[r]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) wv[r][j] = j < n_k ? load_w<D>(rows[r], k0 + j) : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < kTokensPerPass; ++t) {
+      if (t >= n_tok) break;
+      const float* xt = x + (t0 + t) * ldx + k0;
+      float xv[8];
+      if (VEC) {
+        const float4 a = *reinterpret_cast<const float4*>(xt);
+        const float4 b = *reinterpret_cast<const float4*>(xt + 4);
+        xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w, xv[4] = b.x, xv[5] = b.y, xv[6] = b.z, xv[7] = b.w;
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) xv[j] = j < n_k ? xt[j] : 0.0f;
+      }
+      // Past n_k both operands are zero, and fmaf(0, 0, acc) == acc: the order stays the same.
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[r][t] = fmaf(wv[r][j], xv[j], acc[r][t]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r)
+#pragma unroll
+    for (int t = 0; t < kTokensPerPass; ++t) {
+      float v = acc[r][t];
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+      if (lane == 0 && r < n_rows && t < n_tok) y[(t0 + t) * ldy + n0 + r] = v;
+    }
+}
+
+template <DType D, bool VEC>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    matmul_kernel(const uint8_t* w, size_t row_bytes, int64_t N, int64_t K, const float* x, int64_t ldx, int64_t T,
+                  float* y, int64_t ldy) {
+  matmul_tile<D, VEC>(w, row_bytes, N, K, x, ldx, T, y, ldy, blockIdx.x, blockIdx.y);
+}
+
+// blockIdx.z picks the group; blocks past a group's own N or T return at once.
+template <DType D, bool VEC>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) grouped_matmul_kernel(const MatmulGroup* groups) {
+  const MatmulGroup g = groups[blockIdx.z];
+  matmul_tile<D, VEC>(static_cast<const uint8_t*>(g.w), g.row_bytes, g.N, g.K, g.x, g.ldx, g.T, g.y, g.ldy, blockIdx.x,
+                      blockIdx.y);
+}
+
+template <DType D>
+void launch(const void* w, size_t row_bytes, int64_t N, int64_t K, const float* x, int64_t ldx, int64_t T, float* y,
+            int64_t ldy, cudaStream_t stream) {
+  const dim3 grid(blocks_for(N, kWarpsPerBlock * kRowsPerWarp), unsigned((T + kTokensPerPass - 1) / kTokensPerPass));
+  const bool vec = matmul_vec_ok(w, row_bytes, K, x, ldx);
+  const uint8_t* wb = static_cast<const uint8_t*>(w);
+  if (vec) matmul_kernel<D, true><<<grid, kWarpsPerBlock * 32, 0, stream>>>(wb, row_bytes, N, K, x, ldx, T, y, ldy);
+  else matmul_kernel<D, false><<<grid, kWarpsPerBlock * 32, 0, stream>>>(wb, row_bytes, N, K, x, ldx, T, y, ldy);
+  WEFT_CUDA_LAUNCHED();
+}
+
+}  // namespace
+
+bool matmul_vec_ok(const void* w, size_t row_bytes, int64_t K, const float* x, int64_t ldx) {
+  return K % 8 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0 && row_bytes % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
+}
+
+void grouped_matmul(DType dtype, const MatmulGroup* groups, int64_t n_groups, int64_t max_N, int64_t max_T, bool vec,
+                    cudaStream_t stream) {
+  if (n_groups == 0 || max_N == 0 || max_T == 0) return;
+  const dim3 grid(blocks_for(max_N, kWarpsPerBlock * kRowsPerWarp), unsigned((max_T + kTokensPerPass - 1) / kTokensPerPass),
+                  unsigned(n_groups));
+  const unsigned threads = kWarpsPerBlock * 32;
+#define WEFT_GROUPED(D)                                                                            \
+  (vec ? grouped_matmul_kernel<D, true><<<grid, threads, 0, stream>>>(groups)                       \
+       : grouped_matmul_kernel<D, false><<<grid, threads, 0, stream>>>(groups))
+  switch (dtype) {
+    case DType::kF32: WEFT_GROUPED(DType::kF32); break;
+    case DType::kF16: WEFT_GROUPED(DType::kF16); break;
+    case DType::kBF16: WEFT_GROUPED(DType::kBF16); break;
+    default: check(cudaErrorInvalidValue, "grouped_matmul: weight type not yet on CUDA");
+  }
+#undef WEFT_GROUPED
+  WEFT_CUDA_LAUNCHED();
+}
+
+bool matmul_supports(DType dtype) { return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16; }
+
+void matmul(DType dtype, const void* w, size_t row_bytes, int64_t N, int64_t K, const float* x, int64_t ldx,
+            int64_t T, float* y, int64_t ldy, cudaStream_t stream) {
+  if (T == 0 || N == 0) return;
+  switch (dtype) {
+    case DType::kF32: launch<DType::kF32>(w, row_bytes, N, K, x, ldx, T, y, ldy, stream); break;
+    case DType::kF16: launch<DType::kF16>(w, row_bytes, N, K, x, ldx, T, y, ldy, stream); break;
+    case DType::kBF16: launch<DType::kBF16>(w, row_bytes, N, K, x, ldx, T, y, ldy, stream); break;
+    default: check(cudaErrorInvalidValue, "matmul: weight type not yet on CUDA");
+  }
+}
+
+}  // namespace weft::cuda

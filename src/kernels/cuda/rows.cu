@@ -1,0 +1,155 @@
+#include "kernels/cuda/rows.cuh"
+
+#include <cmath>
+
+#include "kernels/cuda/common.cuh"
+
+namespace weft::cuda {
+namespace {
+
+constexpr int kRowThreads = 256;
+
+template <DType D>
+__global__ void embed_kernel(const uint8_t* table, size_t row_bytes, int64_t cols, const int32_t* ids, float* x) {
+  const int64_t t = blockIdx.x;
+  const uint8_t* row = table + size_t(ids[t]) * row_bytes;
+  float* out = x + t * cols;
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+    if constexpr (D == DType::kF32) out[i] = reinterpret_cast<const float*>(row)[i];
+    else if constexpr (D == DType::kF16) out[i] = f16_bits_to_f32(reinterpret_cast<const uint16_t*>(row)[i]);
+    else out[i] = bf16_bits_to_f32(reinterpret_cast<const uint16_t*>(row)[i]);
+  }
+}
+
+__global__ void gather_kernel(const float* src, const int32_t* rows, int64_t width, float* dst) {
+  const int64_t i = blockIdx.x;
+  const float* s = src + int64_t(rows[i]) * width;
+  for (int64_t h = threadIdx.x; h < width; h += blockDim.x) dst[i * width + h] = s[h];
+}
+
+__device__ float inv_rms(const float* x, int64_t n, float eps) {
+  double ss = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += double(x[i]) * double(x[i]);
+  ss = block_sum(ss);
+  return float(1.0 / sqrt(ss / double(n) + double(eps)));
+}
+
+__global__ void rmsnorm_kernel(const float* x, const float* w, float* y, int64_t n, float eps, bool plus_one) {
+  const float* xr = x + int64_t(blockIdx.x) * n;
+  float* yr = y + int64_t(blockIdx.x) * n;
+  const float inv = inv_rms(xr, n, eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * inv * (plus_one ? 1.0f + w[i] : w[i]);
+}
+
+__global__ void rmsnorm_gated_kernel(const float* x, const float* z, const float* w, float* y, int64_t n, float eps) {
+  const int64_t off = int64_t(blockIdx.x) * n;
+  const float inv = inv_rms(x + off, n, eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) y[off + i] = w[i] * (x[off + i] * inv) * silu_dev(z[off + i]);
+}
+
+__global__ void add_kernel(float* x, const float* y, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += y[i];
+}
+
+__global__ void swiglu_kernel(const float* g, const float* u, float* out, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = silu_dev(g[i]) * u[i];
+}
+
+__global__ void mul_sigmoid_kernel(float* x, const float* g, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= sigmoid_dev(g[i]);
+}
+
+__global__ void add_sigmoid_scaled_kernel(float* y, const float* x, const float* s, int64_t width) {
+  const int64_t r = blockIdx.x;
+  const float g = sigmoid_dev(s[r]);
+  for (int64_t h = threadIdx.x; h < width; h += blockDim.x) y[r * width + h] += g * x[r * width + h];
+}
+
+// One row per block in shared memory; stage h pairs (j, j + h) exactly as kernels/cpu/hadamard.cpp.
+__global__ void hadamard_kernel(float* x, int64_t n, float scale) {
+  extern __shared__ float buf[];
+  float* row = x + int64_t(blockIdx.x) * n;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) buf[i] = row[i];
+  __syncthreads();
+  for (int64_t h = 1; h < n; h *= 2) {
+    for (int64_t p = threadIdx.x; p < n / 2; p += blockDim.x) {
+      const int64_t j = (p / h) * 2 * h + p % h;
+      const float a = buf[j], b = buf[j + h];
+      buf[j] = a + b;
+      buf[j + h] = a - b;
+    }
+    __syncthreads();
+  }
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) row[i] = buf[i] * scale;
+}
+
+}  // namespace
+
+void embed(DType dtype, const void* table, size_t row_bytes, int64_t cols, const int32_t* ids, int64_t n, float* x,
+           cudaStream_t stream) {
+  if (n == 0) return;
+  const uint8_t* t = static_cast<const uint8_t*>(table);
+  switch (dtype) {
+    case DType::kF32: embed_kernel<DType::kF32><<<unsigned(n), kRowThreads, 0, stream>>>(t, row_bytes, cols, ids, x); break;
+    case DType::kF16: embed_kernel<DType::kF16><<<unsigned(n), kRowThreads, 0, stream>>>(t, row_bytes, cols, ids, x); break;
+    default: embed_kernel<DType::kBF16><<<unsigned(n), kRowThreads, 0, stream>>>(t, row_bytes, cols, ids, x); break;
+  }
+  WEFT_CUDA_LAUNCHED();
+}
+
+void gather_rows(const float* src, const int32_t* rows, int64_t n, int64_t width, float* dst, cudaStream_t stream) {
+  if (n == 0) return;
+  gather_kernel<<<unsigned(n), kRowThreads, 0, stream>>>(src, rows, width, dst);
+  WEFT_CUDA_LAUNCHED();
+}
+
+void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t n, float eps, bool plus_one,
+             cudaStream_t stream) {
+  if (rows == 0) return;
+  rmsnorm_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(x, w, y, n, eps, plus_one);
+  WEFT_CUDA_LAUNCHED();
+}
+
+void rmsnorm_gated(const float* x, const float* z, const float* w, float* y, int64_t rows, int64_t n, float eps,
+                   cudaStream_t stream) {
+  if (rows == 0) return;
+  // Value heads are short (128): a smaller block keeps the threads busy.
+  rmsnorm_gated_kernel<<<unsigned(rows), n <= 128 ? 128 : kRowThreads, 0, stream>>>(x, z, w, y, n, eps);
+  WEFT_CUDA_LAUNCHED();
+}
+
+void add(float* x, const float* y, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  add_kernel<<<blocks_for(n, kRowThreads), kRowThreads, 0, stream>>>(x, y, n);
+  WEFT_CUDA_LAUNCHED();
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  swiglu_kernel<<<blocks_for(n, kRowThreads), kRowThreads, 0, stream>>>(gate, up, out, n);
+  WEFT_CUDA_LAUNCHED();
+}
+
+void mul_sigmoid(float* x, const float* gate, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  mul_sigmoid_kernel<<<blocks_for(n, kRowThreads), kRowThreads, 0, stream>>>(x, gate, n);
+  WEFT_CUDA_LAUNCHED();
+}
+
+void add_sigmoid_scaled(float* y, const float* x, const float* s, int64_t rows, int64_t width, cudaStream_t stream) {
+  if (rows == 0) return;
+  add_sigmoid_scaled_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(y, x, s, width);
+  WEFT_CUDA_LAUNCHED();
+}
+
+void hadamard_rows(float* x, int64_t rows, int64_t n, cudaStream_t stream) {
+  if (rows == 0) return;
+  const float scale = float(1.0 / std::sqrt(double(n)));
+  hadamard_kernel<<<unsigned(rows), 128, size_t(n) * sizeof(float), stream>>>(x, n, scale);
+  WEFT_CUDA_LAUNCHED();
+}
+
+}  // namespace weft::cuda

@@ -1,0 +1,434 @@
+// CUDA attention and KV append (src/kernels/cuda/attention.cuh) against the CPU:
+//  * kv_append writes exactly the bytes the CPU cache writes, for f32 / f16 / q8_0 / q4_0;
+//  * attention (decode T = 1, verify T = k+1, prefill T large) vs a float64 reference on the same
+//    cache rows and vs the CPU kernels, by relative error, fresh random data (seed printed), odd
+//    lengths, page edges, head_dim 64/128/256, GQA 1..16, every KV type (and mixed K/V types);
+//  * determinism: run to run bit-identical; a call's result independent of the rest of the batch;
+//    verify and prefill rows bit-identical to decode at the same position;
+//  * bad calls throw.
+// Skips (and says so) without a GPU; it always compiles and links (CI has nvcc but no GPU).
+#include <gtest/gtest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cache/kv_cache.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_quant.h"
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_kernels.cuh"
+
+namespace weft {
+namespace {
+
+bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+#define REQUIRE_GPU()                                                                    \
+  do {                                                                                   \
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device here: the CUDA attention tests need a GPU"; \
+  } while (0)
+
+void ck(cudaError_t e) {
+  if (e != cudaSuccess) throw std::runtime_error(cudaGetErrorString(e));
+}
+
+// WEFT_CUDA_ATTN_NARROW=1 runs everything with the four-warp launch shape (results must not
+// depend on the launch shape; the GPU script runs both).
+const bool kNarrow = [] {
+  const char* e = std::getenv("WEFT_CUDA_ATTN_NARROW");
+  if (e && *e == '1') {
+    cuda::detail::SplitTuning t = cuda::detail::split_tuning();
+    t.wide = false;
+    cuda::detail::set_split_tuning(t);
+    return true;
+  }
+  return false;
+}();
+// WEFT_CUDA_ATTN_NODIRECT=1: quantized K/V through the f16 shared-memory tile instead of straight
+// into MMA fragments (the other quantized path; both must pass).
+const bool kNoDirect = [] {
+  const char* e = std::getenv("WEFT_CUDA_ATTN_NODIRECT");
+  if (e && *e == '1') {
+    cuda::detail::SplitTuning t = cuda::detail::split_tuning();
+    t.direct = false;
+    cuda::detail::set_split_tuning(t);
+    return true;
+  }
+  return false;
+}();
+
+uint64_t test_seed() {
+  static const uint64_t seed = [] {
+    const char* e = std::getenv("WEFT_TEST_SEED");
+    const uint64_t s = e ? std::strtoull(e, nullptr, 10) : std::random_device{}();
+    std::printf("[ attention_cuda_test ] seed %llu (rerun with WEFT_TEST_SEED=%llu)\n", (unsigned long long)s,
+                (unsigned long long)s);
+    return s;
+  }();
+  return seed;
+}
+
+// Device buffer (RAII).
+struct DevBuf {
+  void* p = nullptr;
+  size_t n = 0;
+  explicit DevBuf(size_t bytes) : n(bytes) { ck(cudaMalloc(&p, std::max<size_t>(bytes, 1))); }
+  ~DevBuf() { cudaFree(p); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  template <typename T>
+  T* as() const { return static_cast<T*>(p); }
+};
+
+std::unique_ptr<DevBuf> upload(const void* src, size_t bytes) {
+  auto b = std::make_unique<DevBuf>(bytes);
+  ck(cudaMemcpy(b->p, src, bytes, cudaMemcpyHostToDevice));
+  return b;
+}
+
+std::vector<float> download(const float* src, size_t n) {
+  std::vector<float> v(n);
+  ck(cudaMemcpy(v.data(), src, n * sizeof(float), cudaMemcpyDeviceToHost));
+  return v;
+}
+
+size_t page_bytes(const KvLayerView& v) {
+  return size_t(v.n_kv_heads * v.page_tokens) * (v.k_row_bytes + v.v_row_bytes);
+}
+
+// One layer's cache on the CPU (filled by the CPU's append) and its copy in device pages.
+struct Layer {
+  std::unique_ptr<KvCache> cpu;
+  std::vector<std::unique_ptr<DevBuf>> pages;
+  std::unique_ptr<DevBuf> table;  // device array of device page pointers
+  KvLayerView host_view, dev_view;
+  std::vector<float> k, v;  // the f32 rows appended, [len, n_kv, hd]
+};
+
+std::unique_ptr<Layer> make_layer(int64_t len, int64_t n_kv, int64_t hd, DType kt, DType vt, int64_t page_tokens,
+                                  std::mt19937_64& rng) {
+  auto L = std::make_unique<Layer>();
+  KvCacheSpec spec;
+  spec.n_layers = 1;
+  spec.n_kv_heads = n_kv;
+  spec.head_dim = hd;
+  spec.k_type = kt;
+  spec.v_type = vt;
+  spec.page_tokens = page_tokens;
+  L->cpu = std::make_unique<KvCache>(spec);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  L->k.resize(size_t(len * n_kv * hd));
+  L->v.resize(L->k.size());
+  for (auto& x : L->k) x = nd(rng);
+  for (auto& x : L->v) x = nd(rng);
+  // A few outlier channels, as real keys have.
+  for (size_t i = 0; i < L->k.size(); i += 97) L->k[i] *= 6.0f;
+  L->cpu->append(0, L->k.data(), L->v.data(), len);
+  L->host_view = L->cpu->view(0);
+  const size_t pb = page_bytes(L->host_view);
+  std::vector<const uint8_t*> table;
+  for (int64_t i = 0; i < L->host_view.n_pages; ++i) {
+    L->pages.push_back(upload(L->host_view.pages[i], pb));
+    table.push_back(L->pages.back()->as<uint8_t>());
+  }
+  L->table = upload(table.data(), table.size() * sizeof(void*));
+  L->dev_view = L->host_view;
+  L->dev_view.pages = L->table->as<const uint8_t* const>();
+  return L;
+}
+
+std::vector<float> random_q(int64_t T, int64_t n_heads, int64_t hd, std::mt19937_64& rng) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> q(size_t(T * n_heads * hd));
+  for (auto& x : q) x = nd(rng);
+  return q;
+}
+
+// Runs the GPU attention for one call (host q), returns the output.
+std::vector<float> gpu_attention(const Layer& L, const std::vector<float>& q, int64_t T, int64_t pos0,
+                                 int64_t n_heads) {
+  const int64_t hd = L.dev_view.head_dim;
+  auto dq = upload(q.data(), q.size() * sizeof(float));
+  DevBuf dout(size_t(T * n_heads * hd) * sizeof(float));
+  AttentionCall c;
+  c.kv = L.dev_view;
+  c.args.q = dq->as<float>();
+  c.args.T = T;
+  c.args.pos0 = pos0;
+  c.args.n_heads = n_heads;
+  c.args.scale = 1.0f / std::sqrt(float(hd));
+  c.args.out = dout.as<float>();
+  DevBuf ws(cuda::attention_workspace_bytes(&c, 1));
+  cuda::attention(&c, 1, ws.p, nullptr);
+  ck(cudaDeviceSynchronize());
+  return download(dout.as<float>(), size_t(T * n_heads * hd));
+}
+
+// CPU attention on the same cache: the float64 reference, or the CPU's own kernel.
+std::vector<float> cpu_attention(const Layer& L, const std::vector<float>& q, int64_t T, int64_t pos0,
+                                 int64_t n_heads, bool reference) {
+  const int64_t hd = L.host_view.head_dim;
+  std::vector<float> out(size_t(T * n_heads * hd));
+  AttentionArgs a;
+  a.q = q.data();
+  a.T = T;
+  a.pos0 = pos0;
+  a.n_heads = n_heads;
+  a.scale = 1.0f / std::sqrt(float(hd));
+  a.out = out.data();
+  const KvLayerView& v = L.host_view;
+  if (reference) attention_reference(v, a, nullptr);
+  else if (v.k_type == DType::kF16 && v.v_type == DType::kF16) attention_f16(v, a, nullptr);
+  else attention_quant(v, a, nullptr);
+  return out;
+}
+
+// max |a − b| / max |v| (the CPU tests' measure).
+double rel_error(const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& v) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) num = std::max(num, double(std::fabs(a[i] - b[i])));
+  for (float x : v) den = std::max(den, double(std::fabs(x)));
+  return num / den;
+}
+
+bool has_nonfinite(const std::vector<float>& a) {
+  return std::any_of(a.begin(), a.end(), [](float x) { return !std::isfinite(x); });
+}
+
+const char* type_name(DType t) {
+  switch (t) {
+    case DType::kF32: return "f32";
+    case DType::kF16: return "f16";
+    case DType::kQ8_0: return "q8_0";
+    case DType::kQ4_0: return "q4_0";
+    default: return "?";
+  }
+}
+
+// GPU kernel error vs float64 on the same (dequantized) cache rows. f16 rows are used exactly;
+// quantized rows are rounded to f16 once after dequantization (q·d), ~2^-12 relative.
+double gpu_bound(DType k, DType v) {
+  const bool quant = k != DType::kF16 || v != DType::kF16;
+  return quant ? 3e-3 : 1e-4;
+}
+// GPU vs the CPU's kernel: the CPU quantizes the query to q8 for quantized K (attention_quant.h:
+// up to 2e-2 against float64), so the bound is the CPU's.
+double cpu_kernel_bound(DType k) { return k == DType::kF16 ? 1e-4 : 2.5e-2; }
+
+struct Case {
+  int64_t ctx, hd, n_kv, group, page_tokens;
+  DType k, v;
+};
+
+std::string describe(const Case& c, int64_t T) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "ctx %lld hd %lld n_kv %lld group %lld page %lld K %s V %s T %lld", (long long)c.ctx,
+                (long long)c.hd, (long long)c.n_kv, (long long)c.group, (long long)c.page_tokens, type_name(c.k),
+                type_name(c.v), (long long)T);
+  return buf;
+}
+
+// Checks T query rows at the end of the context against the CPU, and returns the GPU output.
+std::vector<float> check_case(const Case& c, int64_t T, std::mt19937_64& rng, const Layer* shared = nullptr) {
+  std::unique_ptr<Layer> own;
+  if (!shared) own = make_layer(c.ctx, c.n_kv, c.hd, c.k, c.v, c.page_tokens, rng);
+  const Layer& L = shared ? *shared : *own;
+  const int64_t n_heads = c.n_kv * c.group, pos0 = c.ctx - T;
+  const auto q = random_q(T, n_heads, c.hd, rng);
+  const auto gpu = gpu_attention(L, q, T, pos0, n_heads);
+  const auto ref = cpu_attention(L, q, T, pos0, n_heads, true);
+  EXPECT_FALSE(has_nonfinite(gpu)) << describe(c, T);
+  const double e_ref = rel_error(gpu, ref, L.v);
+  EXPECT_LE(e_ref, gpu_bound(c.k, c.v)) << describe(c, T) << " (vs float64)";
+  if (c.k != DType::kF32 && c.v != DType::kF32 && c.hd % 32 == 0) {
+    const auto cpu = cpu_attention(L, q, T, pos0, n_heads, false);
+    EXPECT_LE(rel_error(gpu, cpu, L.v), cpu_kernel_bound(c.k)) << describe(c, T) << " (vs the CPU kernel)";
+  }
+  return gpu;
+}
+
+const DType kTypes[] = {DType::kF16, DType::kQ8_0, DType::kQ4_0};
+
+TEST(AttentionCuda, KvAppendWritesTheCpuBytes) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(test_seed());
+  for (DType kt : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0})
+    for (int64_t hd : {64, 256}) {
+      const int64_t len = 300, n_kv = 2, pt = 64;
+      const DType vt = kt == DType::kQ4_0 ? DType::kQ8_0 : kt == DType::kQ8_0 ? DType::kQ4_0 : kt;
+      auto L = make_layer(len, n_kv, hd, kt, vt, pt, rng);
+      // Zeroed device pages, filled by the GPU append in three pieces (1, 70, rest rows).
+      const size_t pb = page_bytes(L->host_view);
+      for (auto& p : L->pages) ck(cudaMemset(p->p, 0, pb));
+      auto dk = upload(L->k.data(), L->k.size() * 4), dv = upload(L->v.data(), L->v.size() * 4);
+      const int64_t cuts[] = {0, 1, 71, len};
+      for (int i = 0; i < 3; ++i) {
+        const int64_t off = cuts[i] * n_kv * hd;
+        cuda::kv_append(L->dev_view, cuts[i], dk->as<float>() + off, dv->as<float>() + off, cuts[i + 1] - cuts[i],
+                        nullptr);
+      }
+      ck(cudaDeviceSynchronize());
+      const KvLayerView& hv = L->host_view;
+      std::vector<uint8_t> page(pb);
+      int64_t bad = 0;
+      for (int64_t pos = 0; pos < len; ++pos) {
+        if (pos % pt == 0) ck(cudaMemcpy(page.data(), L->pages[size_t(pos / pt)]->p, pb, cudaMemcpyDeviceToHost));
+        for (int64_t h = 0; h < n_kv; ++h) {
+          const size_t ko = size_t(hv.k_row(h, pos) - hv.pages[pos / pt]);
+          const size_t vo = size_t(hv.v_row(h, pos) - hv.pages[pos / pt]);
+          bad += std::memcmp(page.data() + ko, hv.k_row(h, pos), hv.k_row_bytes) != 0;
+          bad += std::memcmp(page.data() + vo, hv.v_row(h, pos), hv.v_row_bytes) != 0;
+        }
+      }
+      EXPECT_EQ(bad, 0) << "K " << type_name(kt) << " V " << type_name(vt) << " hd " << hd << ": rows differ";
+    }
+}
+
+TEST(AttentionCuda, DecodeMatchesCpuEveryType) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(test_seed() + 1);
+  // Odd lengths, page edges (page 32 and 256), head_dim 256 and GQA 8 (Qwen3.5-35B-A3B), more.
+  for (DType t : kTypes) {
+    check_case({1, 256, 2, 8, 256, t, t}, 1, rng);
+    check_case({33, 128, 1, 1, 32, t, t}, 1, rng);
+    check_case({256, 256, 2, 8, 256, t, t}, 1, rng);
+    check_case({257, 64, 4, 4, 32, t, t}, 1, rng);
+    check_case({2100, 256, 2, 8, 256, t, t}, 1, rng);
+    check_case({1299, 128, 2, 16, 64, t, t}, 1, rng);
+    check_case({513, 64, 3, 2, 96, t, t}, 1, rng);
+    check_case({4700, 256, 2, 8, 256, t, t}, 1, rng);    // two fold groups of 16 splits
+    check_case({40001, 128, 2, 8, 256, t, t}, 1, rng);   // blocks walk several splits
+  }
+  // Mixed K/V types.
+  check_case({700, 128, 2, 4, 64, DType::kQ8_0, DType::kF16}, 1, rng);
+  check_case({700, 256, 2, 8, 256, DType::kF16, DType::kQ4_0}, 1, rng);
+  check_case({700, 128, 2, 8, 128, DType::kQ4_0, DType::kQ8_0}, 1, rng);
+}
+
+TEST(AttentionCuda, VerifyAndPrefillMatchCpu) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(test_seed() + 2);
+  for (DType t : kTypes) {
+    check_case({600, 256, 2, 8, 256, t, t}, 2, rng);   // 16 rows per kv head
+    check_case({601, 256, 2, 8, 256, t, t}, 3, rng);   // 24 rows
+    check_case({777, 256, 2, 8, 64, t, t}, 8, rng);    // 64 rows: still one pass over the KV
+    check_case({300, 128, 2, 8, 32, t, t}, 16, rng);   // 128 rows: the prefill path
+    check_case({211, 64, 1, 4, 32, t, t}, 211, rng);   // prefill from position 0
+    check_case({1030, 256, 2, 8, 256, t, t}, 77, rng);
+    check_case({4400, 128, 2, 8, 64, t, t}, 20, rng);  // prefill over two fold groups
+  }
+}
+
+TEST(AttentionCuda, SimpleKernelCoversTheRest) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(test_seed() + 3);
+  check_case({300, 128, 2, 4, 256, DType::kF32, DType::kF32}, 1, rng);  // f32 cache
+  check_case({300, 128, 2, 4, 48, DType::kQ8_0, DType::kQ8_0}, 3, rng);  // page not a multiple of 32
+  check_case({100, 96, 2, 2, 32, DType::kF16, DType::kF16}, 1, rng);    // head_dim 96
+}
+
+// Verify rows (T = k+1) and prefill rows carry exactly the bits of decode at their positions.
+TEST(AttentionCuda, VerifyAndPrefillRowsEqualDecodeBits) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(test_seed() + 4);
+  for (DType t : kTypes)
+    for (int64_t T : {5, 100}) {
+      const Case c{t == DType::kQ8_0 ? 40000 : 4700, 256, 2, 8, 256, t, t};  // 2 and 10 fold groups
+      auto L = make_layer(c.ctx, c.n_kv, c.hd, t, t, c.page_tokens, rng);
+      const int64_t n_heads = 16, pos0 = c.ctx - T, row = n_heads * c.hd;
+      const auto q = random_q(T, n_heads, c.hd, rng);
+      const auto multi = gpu_attention(*L, q, T, pos0, n_heads);
+      for (int64_t i : {int64_t(0), T / 2, T - 1}) {
+        const std::vector<float> qi(q.begin() + i * row, q.begin() + (i + 1) * row);
+        const auto one = gpu_attention(*L, qi, 1, pos0 + i, n_heads);
+        EXPECT_EQ(std::memcmp(one.data(), multi.data() + i * row, size_t(row) * 4), 0)
+            << describe(c, T) << ": row " << i << " differs from decode";
+      }
+    }
+}
+
+// The same call twice gives the same bits; and alone or inside a batch of other calls (other
+// lengths, types, head sizes, T), its output is the same bits.
+TEST(AttentionCuda, DeterministicAndBatchInvariant) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(test_seed() + 5);
+  for (DType t : kTypes) {
+    auto A = make_layer(3001, 2, 256, t, t, 256, rng);
+    auto B = make_layer(517, 2, 256, DType::kF16, DType::kF16, 256, rng);
+    auto C = make_layer(1200, 4, 128, DType::kQ4_0, DType::kQ8_0, 64, rng);
+    const auto qa = random_q(1, 16, 256, rng), qb = random_q(4, 16, 256, rng), qc = random_q(1, 16, 128, rng);
+    const auto alone1 = gpu_attention(*A, qa, 1, 3000, 16);
+    const auto alone2 = gpu_attention(*A, qa, 1, 3000, 16);
+    EXPECT_EQ(std::memcmp(alone1.data(), alone2.data(), alone1.size() * 4), 0) << type_name(t) << ": run to run";
+
+    auto dqa = upload(qa.data(), qa.size() * 4), dqb = upload(qb.data(), qb.size() * 4),
+         dqc = upload(qc.data(), qc.size() * 4);
+    DevBuf oa(qa.size() * 4), ob(qb.size() * 4), oc(qc.size() * 4);
+    AttentionCall calls[3];
+    calls[0].kv = B->dev_view;
+    calls[0].args = {dqb->as<float>(), 4, 513, 16, 1.0f / 16, ob.as<float>()};
+    calls[1].kv = A->dev_view;
+    calls[1].args = {dqa->as<float>(), 1, 3000, 16, 1.0f / 16, oa.as<float>()};
+    calls[2].kv = C->dev_view;
+    calls[2].args = {dqc->as<float>(), 1, 1199, 16, 1.0f / std::sqrt(128.0f), oc.as<float>()};
+    DevBuf ws(cuda::attention_workspace_bytes(calls, 3));
+    cuda::attention(calls, 3, ws.p, nullptr);
+    ck(cudaDeviceSynchronize());
+    const auto batched = download(oa.as<float>(), qa.size());
+    EXPECT_EQ(std::memcmp(alone1.data(), batched.data(), alone1.size() * 4), 0) << type_name(t) << ": in a batch";
+
+    // The pipeline depth and the splits a block walks never change a bit.
+    const cuda::detail::SplitTuning saved = cuda::detail::split_tuning();
+    cuda::detail::SplitTuning other = saved;
+    other.max_stages = 2;
+    other.blocks_per_sm = 1;
+    other.smem_target = 220 * 1024;
+    cuda::detail::set_split_tuning(other);
+    const auto reshaped = gpu_attention(*A, qa, 1, 3000, 16);
+    cuda::detail::set_split_tuning(saved);
+    EXPECT_EQ(std::memcmp(alone1.data(), reshaped.data(), alone1.size() * 4), 0) << type_name(t) << ": launch shape";
+  }
+  // A deep call: blocks walk 2 (default) or 3 splits (one block per SM).
+  auto D = make_layer(40001, 2, 128, DType::kQ4_0, DType::kQ4_0, 256, rng);
+  const auto qd = random_q(1, 16, 128, rng);
+  const auto base = gpu_attention(*D, qd, 1, 40000, 16);
+  const cuda::detail::SplitTuning saved = cuda::detail::split_tuning();
+  cuda::detail::SplitTuning other = saved;
+  other.blocks_per_sm = 1;
+  other.max_stages = 3;
+  cuda::detail::set_split_tuning(other);
+  const auto reshaped = gpu_attention(*D, qd, 1, 40000, 16);
+  cuda::detail::set_split_tuning(saved);
+  EXPECT_EQ(std::memcmp(base.data(), reshaped.data(), base.size() * 4), 0) << "deep call: launch shape";
+}
+
+TEST(AttentionCuda, BadCallsThrow) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(test_seed() + 6);
+  auto L = make_layer(40, 2, 64, DType::kF16, DType::kF16, 32, rng);
+  AttentionCall c;
+  c.kv = L->dev_view;
+  DevBuf buf(4 * 16 * 64 * 4);
+  c.args = {buf.as<float>(), 2, 39, 4, 0.125f, buf.as<float>()};  // reads past the cache
+  EXPECT_THROW(cuda::attention(&c, 1, nullptr, nullptr), std::invalid_argument);
+  c.args = {buf.as<float>(), 1, 10, 3, 0.125f, buf.as<float>()};  // 3 heads over 2 kv heads
+  EXPECT_THROW(cuda::attention(&c, 1, nullptr, nullptr), std::invalid_argument);
+  EXPECT_THROW(cuda::kv_append(L->dev_view, 39, buf.as<float>(), buf.as<float>(), 2, nullptr),
+               std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace weft

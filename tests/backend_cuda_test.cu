@@ -1,0 +1,244 @@
+// The CUDA backend against the transformers fixtures and against the CPU backend, and the strict
+// tier's contract on the GPU: run-to-run bit identity, batch invariance (a sequence alone vs in a
+// batch of several), verify = steps, prefill split invariance at multiples of 64. Every fixture
+// architecture plus the shipped model. Without a GPU (CI) the GPU tests skip and say why; the
+// CLI's clear error for `--device cuda` is checked there instead.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include "backend/backend_factory.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "engine/session.h"
+#include "io/safetensors.h"
+#include "test_util.h"
+
+namespace weft {
+namespace {
+
+std::string fixture_dir(const std::string& name) { return test::source_dir() + "/tests/data/fixtures/" + name; }
+
+std::string model_dir_of(const std::string& name) {
+  std::ifstream in(fixture_dir(name) + "/model_dir.txt");
+  std::string rel;
+  if (in >> rel) return test::source_dir() + "/" + rel;
+  return fixture_dir(name);
+}
+
+std::vector<int32_t> random_prompt(int64_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> d(0, int32_t(vocab - 1));
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (auto& t : ids) t = d(rng);
+  return ids;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+double rel_rms(const std::vector<float>& got, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    num += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+    den += double(ref[i]) * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
+std::vector<float> floats_of(const TensorView& t) { return std::vector<float>(t.as<float>(), t.as<float>() + t.numel()); }
+std::vector<int32_t> ids_of(const TensorView& t) {
+  std::vector<int32_t> v(size_t(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i)
+    v[size_t(i)] = t.dtype == DType::kI64 ? int32_t(t.as<int64_t>()[i]) : t.as<int32_t>()[i];
+  return v;
+}
+
+SessionOptions options(Device device, DType kv = DType::kF16, int64_t batch = 0) {
+  SessionOptions so;
+  so.device = device;
+  so.threads = 2;
+  so.kv.k_type = so.kv.v_type = kv;
+  so.batch = batch;
+  return so;
+}
+
+// Teacher-forced logits of every prompt position, then one decode step per token of `steps`
+// (fixed tokens, not argmax: two backends that disagree on a near-tie still see the same inputs).
+std::vector<float> run(const Model& m, const SessionOptions& so, const std::vector<int32_t>& prompt,
+                       const std::vector<int32_t>& steps) {
+  const int64_t V = m.config().vocab_size, T = int64_t(prompt.size());
+  Session s(m, so);
+  std::vector<float> out(static_cast<size_t>((T + int64_t(steps.size())) * V));
+  EXPECT_TRUE(s.feed(prompt.data(), T, out.data(), nullptr).ok());
+  for (size_t g = 0; g < steps.size(); ++g) EXPECT_TRUE(s.step(steps[g], out.data() + (T + int64_t(g)) * V).ok());
+  return out;
+}
+
+class CudaBackendTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (Status s = check_device(Device::kCuda); !s.ok()) GTEST_SKIP() << "no GPU here: " << s.message();
+    auto m = Model::load(model_dir_of(GetParam()));
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    model_ = std::move(m.value());
+  }
+  std::unique_ptr<Model> model_;
+};
+
+// The bounds of tests/fixtures_test.cpp: relative RMS < 5e-3 (f16 KV) / 1e-4 (f32 KV), argmax
+// equal where the reference's top-2 margin exceeds 1e-2, greedy generation identical.
+TEST_P(CudaBackendTest, MatchesTransformers) {
+  auto f = SafetensorsFile::open(fixture_dir(GetParam()) + "/reference.safetensors");
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  const std::vector<int32_t> prompt = ids_of(*f->find("prompt_ids"));
+  const std::vector<float> ref = floats_of(*f->find("prompt_logits"));
+  const int64_t V = model_->config().vocab_size, T = int64_t(prompt.size());
+  for (DType kv : {DType::kF16, DType::kF32}) {
+    std::vector<float> got = run(*model_, options(Device::kCuda, kv, 16), prompt, {});
+    const double err = rel_rms(got, ref);
+    EXPECT_LT(err, kv == DType::kF16 ? 5e-3 : 1e-4) << dtype_name(kv);
+    int64_t checked = 0, mismatch = 0;
+    for (int64_t r = 0; r < T; ++r) {
+      const float* rr = ref.data() + r * V;
+      const int32_t best = argmax(rr, V);
+      float second = -INFINITY;
+      for (int64_t j = 0; j < V; ++j)
+        if (j != best) second = std::max(second, rr[j]);
+      if (rr[best] - second <= 1e-2f) continue;
+      ++checked;
+      mismatch += argmax(got.data() + r * V, V) != best;
+    }
+    EXPECT_EQ(mismatch, 0) << dtype_name(kv) << ": argmax differs at " << mismatch << " of " << checked;
+    std::printf("[ %s cuda kv=%s ] rel_rms vs transformers %.3g\n", GetParam().c_str(), dtype_name(kv), err);
+  }
+  if (const TensorView* g = f->find("gen_ids")) {  // greedy generation with the cache, step by step
+    const std::vector<int32_t> gen_ref = ids_of(*g);
+    Session s(*model_, options(Device::kCuda));
+    std::vector<float> logits(static_cast<size_t>(V));
+    ASSERT_TRUE(s.feed(prompt.data(), T, nullptr, logits.data()).ok());
+    std::vector<int32_t> gen;
+    for (size_t i = 0; i < gen_ref.size(); ++i) {
+      gen.push_back(argmax(logits.data(), V));
+      if (i + 1 < gen_ref.size()) ASSERT_TRUE(s.step(gen.back(), logits.data()).ok());
+    }
+    EXPECT_EQ(gen, gen_ref) << "greedy generation differs from transformers";
+  }
+}
+
+// f16 KV: the GPU within the fixtures' bound of the CPU. Quantized KV: a quantized row can round
+// to the other level when K differs in the last bit, so the two backends are compared by their
+// fidelity: each one's distance from the CPU's f16 logits must be the same to within 25%.
+TEST_P(CudaBackendTest, AgreesWithCpuBackend) {
+  const int64_t V = model_->config().vocab_size;
+  const std::vector<int32_t> prompt = random_prompt(150, V, 7), steps = random_prompt(5, V, 8);
+  const std::vector<float> cpu_f16 = run(*model_, options(Device::kCpu), prompt, steps);
+  const std::vector<float> gpu_f16 = run(*model_, options(Device::kCuda), prompt, steps);
+  const double err = rel_rms(gpu_f16, cpu_f16);
+  EXPECT_LT(err, 5e-3);
+  std::printf("[ %s kv=f16 ] rel_rms cuda vs cpu %.3g\n", GetParam().c_str(), err);
+  for (DType kv : {DType::kQ8_0, DType::kQ4_0}) {
+    if (!kv_type_supported(kv, model_->config().head_dim)) continue;
+    const double d_cpu = rel_rms(run(*model_, options(Device::kCpu, kv), prompt, steps), cpu_f16);
+    const double d_gpu = rel_rms(run(*model_, options(Device::kCuda, kv), prompt, steps), cpu_f16);
+    EXPECT_LT(d_gpu, 1.25 * d_cpu + 1e-4) << dtype_name(kv);
+    EXPECT_GT(d_gpu, 0.75 * d_cpu - 1e-4) << dtype_name(kv);
+    std::printf("[ %s kv=%s ] rel_rms vs cpu f16: cpu %.3g, cuda %.3g\n", GetParam().c_str(), dtype_name(kv), d_cpu,
+                d_gpu);
+  }
+}
+
+TEST_P(CudaBackendTest, RunToRunBitIdentical) {
+  const std::vector<int32_t> prompt = random_prompt(100, model_->config().vocab_size, 11);
+  const std::vector<int32_t> steps = random_prompt(6, model_->config().vocab_size, 12);
+  EXPECT_TRUE(same_bits(run(*model_, options(Device::kCuda), prompt, steps), run(*model_, options(Device::kCuda), prompt, steps)));
+}
+
+TEST_P(CudaBackendTest, PrefillSplitInvariantAtChunkMultiples) {
+  const std::vector<int32_t> prompt = random_prompt(300, model_->config().vocab_size, 13);
+  const std::vector<int32_t> steps = random_prompt(3, model_->config().vocab_size, 14);
+  const std::vector<float> whole = run(*model_, options(Device::kCuda, DType::kF16, 512), prompt, steps);
+  EXPECT_TRUE(same_bits(whole, run(*model_, options(Device::kCuda, DType::kF16, 64), prompt, steps)));
+  EXPECT_TRUE(same_bits(whole, run(*model_, options(Device::kCuda, DType::kF16, 128), prompt, steps)));
+}
+
+TEST_P(CudaBackendTest, VerifyEqualsSteps) {
+  const int64_t V = model_->config().vocab_size;
+  const std::vector<int32_t> prompt = random_prompt(70, V, 17), draft = random_prompt(4, V, 19);
+  Session a(*model_, options(Device::kCuda)), b(*model_, options(Device::kCuda));
+  ASSERT_TRUE(a.feed(prompt.data(), int64_t(prompt.size()), nullptr, nullptr).ok());
+  ASSERT_TRUE(b.feed(prompt.data(), int64_t(prompt.size()), nullptr, nullptr).ok());
+  std::vector<float> steps(draft.size() * size_t(V)), verify(draft.size() * size_t(V));
+  for (size_t i = 0; i < draft.size(); ++i) ASSERT_TRUE(a.step(draft[i], steps.data() + i * size_t(V)).ok());
+  ASSERT_TRUE(b.verify(draft.data(), int64_t(draft.size()), verify.data()).ok());
+  EXPECT_TRUE(same_bits(steps, verify));
+}
+
+TEST_P(CudaBackendTest, EachSequenceAloneEqualsInsideABatch) {
+  const int64_t V = model_->config().vocab_size;
+  constexpr int kSeqs = 4, kGen = 4;
+  const int64_t lens[kSeqs] = {1, 63, 65, 300};
+  std::vector<std::vector<int32_t>> prompts;
+  for (int s = 0; s < kSeqs; ++s) prompts.push_back(random_prompt(lens[s], V, 100 + s));
+  std::vector<std::vector<float>> alone(kSeqs);
+  for (int s = 0; s < kSeqs; ++s) {
+    Session session(*model_, options(Device::kCuda));
+    std::vector<float> logits(static_cast<size_t>(V));
+    ASSERT_TRUE(session.feed(prompts[s].data(), lens[s], nullptr, logits.data()).ok());
+    for (int g = 0; g < kGen; ++g) {
+      alone[s].insert(alone[s].end(), logits.begin(), logits.end());
+      ASSERT_TRUE(session.step(argmax(logits.data(), V), logits.data()).ok());
+    }
+  }
+  EngineOptions eo;
+  eo.device = Device::kCuda;
+  eo.threads = 2;
+  eo.prefill_batch = 128;  // prompts share and split prefill calls
+  Engine engine(*model_, eo);
+  std::vector<SeqId> ids;
+  std::vector<std::vector<float>> logits(kSeqs, std::vector<float>(static_cast<size_t>(V)));
+  std::vector<PrefillInput> in;
+  for (int s = kSeqs - 1; s >= 0; --s) {  // reversed order
+    ids.insert(ids.begin(), engine.add(KvOptions{}));
+  }
+  for (int s = kSeqs - 1; s >= 0; --s) in.push_back({ids[size_t(s)], prompts[s].data(), lens[s], logits[s].data()});
+  ASSERT_TRUE(engine.prefill(in).ok());
+  std::vector<std::vector<float>> together(kSeqs);
+  for (int g = 0; g < kGen; ++g) {
+    std::vector<DecodeInput> step;
+    for (int s = 0; s < kSeqs; ++s) {
+      together[s].insert(together[s].end(), logits[s].begin(), logits[s].end());
+      step.push_back({ids[size_t(s)], argmax(logits[s].data(), V), logits[s].data()});
+    }
+    ASSERT_TRUE(engine.decode(step).ok());
+  }
+  for (int s = 0; s < kSeqs; ++s) EXPECT_TRUE(same_bits(alone[s], together[s])) << "sequence " << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, CudaBackendTest,
+                         ::testing::Values("qwen35_dense", "qwen35_moe_hd256", "qwen35_moe_experts_f16",
+                                           "qwen35_vl_tied_sharded", "qwen3next_moe", "qwen3_tied_f16", "llama_f32",
+                                           "weft_tiny_hybrid_ref"));
+
+// Runs everywhere: without a GPU (or without CUDA in the build) `--device cuda` is a clear error.
+TEST(CudaDevice, CliSaysWhyWhenThereIsNoGpu) {
+  if (check_device(Device::kCuda).ok()) GTEST_SKIP() << "a GPU is present";
+  std::string out;
+  const int rc = test::run_command(test::weft_binary() + " generate --device cuda -p hello -n 2 2>&1", &out);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("cuda"), std::string::npos) << out;
+  EXPECT_EQ(out.find("Segmentation"), std::string::npos) << out;
+}
+
+TEST(CudaDevice, UnknownDeviceIsAnError) {
+  EXPECT_FALSE(parse_device("tpu").ok());
+  EXPECT_TRUE(parse_device("cpu").ok());
+  EXPECT_TRUE(parse_device("cuda").ok());
+}
+
+}  // namespace
+}  // namespace weft

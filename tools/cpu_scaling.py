@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Decode and prefill speed against thread count, weft beside llama.cpp, on one GGUF file.
+
+The CPU-scaling comparison of issue 9 (the 16-core CPU of the GPU machine): for each thread count,
+`weft bench` (f16 KV, interleaved repeats) and, when a llama-bench binary is given, llama.cpp's
+llama-bench on the same file at the same depths, one after the other in one run. Prints a
+Markdown table of decode tok/s (mean, relative spread = (max - min) / mean over the repeats) and
+the weft / llama.cpp ratio, then prefill tok/s at the largest thread count.
+
+  python3 tools/cpu_scaling.py --weft build/weft --model m.gguf --threads 2,4,8,16 \
+      --depths 1,4096,16384 [--llama-bench /path/to/llama-bench] [--json out.json]
+
+Depth 1 stands for "near depth 0" (weft bench needs a positive depth; llama-bench's -d 0 is
+used for it). This script only runs binaries it is given; it builds nothing.
+"""
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+
+def run_json(cmd):
+    print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
+    t0 = time.time()
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    print(f"  ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
+    return json.loads(out)
+
+
+def spread(xs):
+    m = sum(xs) / len(xs)
+    return m, (max(xs) - min(xs)) / m if m > 0 else 0.0
+
+
+def weft_runs(args, threads):
+    d = run_json([args.weft, "bench", "-m", args.model, "--ctx", args.depths, "--arms", "f16",
+                  "--threads", str(threads), "--repeats", str(args.repeats), "--gen", str(args.gen),
+                  "--json", "-q"])
+    decode = {dep["ctx"]: dep["arms"]["f16"]["tok_s_runs"] for dep in d["depths"]}
+    prefill = {dep["ctx"]: dep.get("prefill_tok_s") for dep in d["depths"]}
+    return decode, prefill
+
+
+def llama_runs(args, threads, depths):
+    llama_depths = ",".join("0" if x == 1 else str(x) for x in depths)
+    rows = run_json([args.llama_bench, "-m", args.model, "-t", str(threads), "-d", llama_depths,
+                     "-p", "0", "-n", str(args.gen), "-r", str(args.repeats), "-o", "json"])
+    out = {}
+    for r in rows:
+        depth = max(1, int(r.get("n_depth", 0)))
+        out[depth] = r.get("samples_ts") or [r["avg_ts"]]
+    return out
+
+
+def llama_prefill(args, threads, n_prompt):
+    rows = run_json([args.llama_bench, "-m", args.model, "-t", str(threads), "-p", str(n_prompt), "-n", "0",
+                     "-r", "2", "-o", "json"])
+    return rows[0]["avg_ts"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--weft", required=True)
+    ap.add_argument("--model", required=True, help="a GGUF file both engines load")
+    ap.add_argument("--threads", default="2,4,8,16")
+    ap.add_argument("--depths", default="1,4096,16384")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--gen", type=int, default=16)
+    ap.add_argument("--llama-bench", default=None)
+    ap.add_argument("--prefill-depth", type=int, default=4096,
+                    help="compare prefill filling this depth (one of --depths) with llama-bench -p N")
+    ap.add_argument("--json", default=None, help="also write every sample here")
+    args = ap.parse_args()
+    threads = [int(t) for t in args.threads.split(",")]
+    depths = [int(d) for d in args.depths.split(",")]
+
+    results = []
+    for t in threads:
+        wd, wp = weft_runs(args, t)
+        ld = llama_runs(args, t, depths) if args.llama_bench else {}
+        results.append({"threads": t, "weft": {str(k): v for k, v in wd.items()},
+                        "weft_prefill_tok_s": wp.get(args.prefill_depth),
+                        "llama": {str(k): v for k, v in ld.items()}})
+
+    print("| threads | depth | weft tok/s (spread) | llama.cpp tok/s (spread) | weft / llama.cpp |")
+    print("|---|---|---|---|---|")
+    for r in results:
+        for d in depths:
+            wm, ws = spread(r["weft"][str(d)])
+            cell_l, ratio = "-", "-"
+            if str(d) in r["llama"]:
+                lm, ls = spread(r["llama"][str(d)])
+                cell_l, ratio = f"{lm:.2f} ({100 * ls:.1f}%)", f"{wm / lm:.2f}"
+            print(f"| {r['threads']} | {0 if d == 1 else d} | {wm:.2f} ({100 * ws:.1f}%) | {cell_l} | {ratio} |")
+    top = results[-1]
+    wp = top["weft_prefill_tok_s"]
+    line = f"prefill at {top['threads']} threads, filling depth {args.prefill_depth}: weft {wp or 0:.1f} tok/s"
+    if args.llama_bench:
+        lp = llama_prefill(args, top["threads"], args.prefill_depth)
+        top["llama_prefill_tok_s"] = lp
+        line += f", llama.cpp {lp:.1f} tok/s (pp{args.prefill_depth})"
+        if wp:
+            line += f": {wp / lp:.2f}x"
+    print(line)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
