@@ -4,7 +4,11 @@
 // /tmp/nlc/node_modules; skipped, with a message saying how to get it, when absent.
 //   * our quantizer's blocks decode identically under ggml's dequantize_row_* (the layouts match);
 //   * ggml's reference quantizer's blocks decode identically under ours (we read llama.cpp files);
-//   * a file from write_gguf opens in ggml's gguf reader with the same tensors and offsets.
+//   * a file from write_gguf opens in ggml's gguf reader with the same tensors and offsets;
+//   * with the CPU library llama.cpp runs here (libggml-cpu-haswell.so, its AVX2 build): weft
+//     quantizes activations to the very bytes ggml does (q8_0 and q8_K blocks), and every quantized
+//     matrix product equals ggml's vec_dot on them up to the order of float additions — so a
+//     difference between the engines on the same file is not in the matmul arithmetic.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
@@ -18,7 +22,9 @@
 
 #include "core/quant_types.h"
 #include "io/gguf.h"
+#include "core/cpu_features.h"
 #include "kernels/cpu/quant_blocks.h"
+#include "kernels/cpu/quant_matmul.h"
 #include "test_util.h"
 
 namespace weft {
@@ -189,6 +195,64 @@ TEST(GgmlInterop, WrittenGgufOpensInGgml) {
   EXPECT_STREQ(val_str(ctx, find_key(ctx, "general.architecture")), "qwen3");
   EXPECT_EQ(arr_n(ctx, find_key(ctx, "tokenizer.ggml.tokens")), 3u);
   free_ctx(ctx);
+}
+
+using VecDotFn = void (*)(int, float*, size_t, const void*, size_t, const void*, size_t, int);
+
+TEST(GgmlInterop, ActivationCodesAndProductsMatchGgmlCpu) {
+  REQUIRE_GGML();
+  if (!cpu_features().has_avx2_fma_f16c()) GTEST_SKIP() << "no AVX2: llama.cpp's haswell CPU library cannot run here";
+  const std::string lib = std::filesystem::path(Ggml::get().where()).parent_path().string() + "/libggml-cpu-haswell.so";
+  void* h = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) GTEST_SKIP() << "cannot load " << lib << ": " << dlerror();
+  if (auto init = reinterpret_cast<void (*)()>(dlsym(h, "ggml_cpu_init"))) init();
+  auto q8_0 = reinterpret_cast<QuantFn>(dlsym(h, "quantize_row_q8_0"));
+  auto q8_K = reinterpret_cast<QuantFn>(dlsym(h, "quantize_row_q8_K"));
+  ASSERT_TRUE(q8_0 && q8_K);
+  std::mt19937 rng(std::random_device{}());
+  std::normal_distribution<float> g(0, 1);
+  const int64_t K = 256 * 7, N = 37;
+  // Activations with a scale per 32 values spanning 1e-3..1e2, plus blocks built to hit exact
+  // halves (amax 127: x * 127 / amax = x, so 2.5 and -3.5 are ties, which go to the even code).
+  std::vector<float> x(static_cast<size_t>(K));
+  for (int64_t b = 0; b < K / 32; ++b) {
+    const float scale = std::pow(10.0f, std::uniform_real_distribution<float>(-3, 2)(rng));
+    for (int64_t i = 0; i < 32; ++i) x[size_t(b * 32 + i)] = g(rng) * scale;
+  }
+  for (int64_t i = 0; i < 32; ++i) x[size_t(64 + i)] = float(i % 2 ? -(i + 0.5) : (i + 0.5));
+  x[64 + 31] = 127.0f;
+  for (GgmlType at : {GgmlType::kQ8_0, GgmlType::kQ8_K}) {
+    const GgmlType wt = at == GgmlType::kQ8_0 ? GgmlType::kQ8_0 : GgmlType::kQ4_K;
+    std::vector<uint8_t> ours(ggml_row_bytes(at, K)), theirs(ours.size());
+    quantize_activations(wt, x.data(), K, ours.data());
+    (at == GgmlType::kQ8_0 ? q8_0 : q8_K)(x.data(), theirs.data(), K);
+    EXPECT_EQ(std::memcmp(ours.data(), theirs.data(), ours.size()), 0) << ggml_type_name(at) << " activation blocks differ";
+  }
+  for (GgmlType wt : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    const std::string sym = std::string("ggml_vec_dot_") + ggml_type_name(wt) + "_" + ggml_type_name(activation_type(wt));
+    auto dot = reinterpret_cast<VecDotFn>(dlsym(h, sym.c_str()));
+    ASSERT_NE(dot, nullptr) << sym;
+    std::vector<float> w(static_cast<size_t>(N * K));
+    for (auto& v : w) v = g(rng) * 0.02f;
+    const size_t rb = ggml_row_bytes(wt, K);
+    std::vector<uint8_t> wq(rb * size_t(N)), xq(ggml_row_bytes(activation_type(wt), K));
+    for (int64_t n = 0; n < N; ++n) quantize_row(wt, w.data() + n * K, wq.data() + size_t(n) * rb, K);
+    std::vector<float> ours(static_cast<size_t>(N)), deq(static_cast<size_t>(K)), xd(static_cast<size_t>(K));
+    quant_matmul(wt, wq.data(), N, K, x.data(), K, 1, ours.data(), N, nullptr);
+    quantize_activations(wt, x.data(), K, xq.data());
+    dequantize_row(activation_type(wt), xq.data(), xd.data(), K);
+    for (int64_t n = 0; n < N; ++n) {
+      float theirs = 0;
+      dot(int(K), &theirs, 0, wq.data() + size_t(n) * rb, 0, xq.data(), 0, 1);
+      // Both are the exact dot product of the same dequantized weights and activation codes,
+      // each rounded through its own order of float additions: a few ulps of sum |w_i x_i|.
+      dequantize_row(wt, wq.data() + size_t(n) * rb, deq.data(), K);
+      double mag = 0;
+      for (int64_t k = 0; k < K; ++k) mag += std::fabs(double(deq[size_t(k)]) * xd[size_t(k)]);
+      EXPECT_LE(std::fabs(double(ours[size_t(n)]) - theirs), 1e-5 * mag + 1e-30)
+          << ggml_type_name(wt) << " row " << n << ": weft " << ours[size_t(n)] << " ggml " << theirs;
+    }
+  }
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/session.h"
 #include "io/gguf.h"
 #include "io/gguf_layout.h"
@@ -258,6 +260,8 @@ TEST(GgufModel, HostileMetadataRejected) {
     for (auto& [k, v] : meta)
       if (k == c.key) { v = c.value; replaced = true; }
     if (!replaced) meta.emplace_back(c.key, c.value);
+    if (std::string(c.key) == "tokenizer.ggml.model")  // the converter's placeholder vocabulary, emptied
+      std::erase_if(meta, [](const auto& kv) { return kv.first == "tokenizer.ggml.tokens"; });
     const std::string path = tmp + "/bad" + std::to_string(i++) + ".gguf";
     ASSERT_TRUE(write_gguf(path, meta, ts).ok());
     auto m = Model::load(path);
@@ -329,6 +333,39 @@ TEST(GgufModel, AlignmentOneLoadsBitIdentical) {
     ASSERT_EQ(a.size(), b.size());
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << name;
   }
+}
+
+}  // namespace
+}  // namespace weft
+
+namespace weft {
+namespace {
+
+// `weft fidelity --weights`: weight-type arms against the model's own weights. The model's own
+// type (bf16 here) re-encoded is a self-check (exact zeros); q8_0 differs, but only a little.
+TEST(GgufModel, FidelityWeightArms) {
+  const std::string dir = model_dir_of("qwen35_dense"), tmp = test::temp_dir("fid_weights");
+  auto hf = Model::load(dir);
+  ASSERT_TRUE(hf.ok());
+  {
+    std::ofstream o(tmp + "/ids.txt");
+    for (int32_t id : test_ids(hf.value()->config().vocab_size, 48)) o << id << ' ';
+  }
+  std::string out;
+  const std::string cmd = test::weft_binary() + " fidelity -m " + dir + " --ids-file " + tmp +
+                          "/ids.txt --weights bf16,q8_0 --threads 2 --out " + tmp + "/fid";
+  ASSERT_EQ(test::run_command(cmd, &out), 0) << out;
+  std::ifstream in(tmp + "/fid/results.json");
+  const auto j = nlohmann::json::parse(in);
+  const auto& bf16 = j["arms"]["w:bf16"];
+  const auto& q8 = j["arms"]["w:q8_0"];
+  EXPECT_EQ(bf16["kld_max"].get<double>(), 0.0) << out;
+  EXPECT_EQ(bf16["top1"].get<double>(), 1.0) << out;
+  EXPECT_GT(q8["kld_mean"].get<double>(), 0.0) << out;
+  EXPECT_LT(q8["kld_mean"].get<double>(), 0.05) << out;
+  EXPECT_NE(test::run_command(test::weft_binary() + " fidelity -m " + dir + " --ids-file " + tmp +
+                                  "/ids.txt --weights q3_k 2>&1", &out), 0);
+  EXPECT_NE(out.find("q4_k_m"), std::string::npos) << out;  // the error lists the accepted types
 }
 
 }  // namespace

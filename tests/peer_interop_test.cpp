@@ -1,11 +1,15 @@
 // weft against llama.cpp on the same GGUF files: the shipped model converted by weft (bf16,
 // q8_0, q4_k_m), evaluated teacher-forced by weft and by llama.cpp through node-llama-cpp 3.21.1
 // (tools/peers/logits.mjs). Bounds: mean KL(weft || llama.cpp) <= 1e-3 for every type; same
-// top-1 on >= 99% of positions for bf16 (issue 10's goal). For q8_0 / q4_k_m weft reaches 98% /
-// 97% on this small model (flat distributions, many near-ties), short of the issue's 99%: both
-// quantize activations to 8 bits with the same rule, but the remaining per-matmul differences
-// are not yet traced, so those two are held to 96% here. Skipped, saying why, where node or
-// the package is absent (install: cd tools/peers && npm ci).
+// top-1 on >= 99% of positions for bf16 (issue 10's goal). For q8_0 / q4_k_m the matmul
+// arithmetic is llama.cpp's (ggml_interop_test: the same activation bytes, the same products up
+// to float order), yet both engines quantize every matmul's activations to 8 bits, which turns
+// the f16-level roundings they do differently (llama.cpp rounds Q and attention probabilities to
+// f16) into whole code steps; on this small model many positions are near-ties. The test
+// measures that noise floor with weft itself: weft with an f32 KV cache instead of f16, a change
+// of the same size. Bounds: top-1 agreement >= 98% and every disagreement a near-tie (top-1 vs
+// top-2 margin below kNearTie logits in both engines); docs/results.md has the figures.
+// Skipped, saying why, where node or the package is absent (install: cd tools/peers && npm ci).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,18 +30,67 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<float> weft_logits(const std::string& path, const std::vector<int32_t>& ids) {
+std::vector<float> weft_logits(const std::string& path, const std::vector<int32_t>& ids, DType kv = DType::kF16) {
   auto model = Model::load(path);
   EXPECT_TRUE(model.ok()) << model.status().message();
   if (!model.ok()) return {};
   const int64_t V = model.value()->config().vocab_size, T = int64_t(ids.size());
   SessionOptions so;
   so.threads = 2;
+  so.kv.k_type = kv;
+  so.kv.v_type = kv;
   Session session(*model.value(), so);
   std::vector<float> logits(static_cast<size_t>(T * V)), last(static_cast<size_t>(V));
   EXPECT_TRUE(session.feed(ids.data(), T, logits.data(), last.data()).ok());
   return logits;
 }
+
+// Agreement of two runs' next-token distributions (logits or log-probabilities, T x V).
+struct Agreement {
+  double top1 = 0, kl = 0;         // same argmax share; mean KL(a || b)
+  int64_t disagree = 0;
+  double max_disagree_margin = 0;  // largest top-1 vs top-2 margin (min over both runs) where they disagree
+};
+Agreement agreement(const std::vector<float>& A, const std::vector<float>& B, int64_t T, int64_t V) {
+  Agreement g;
+  int64_t agree = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const float* a = A.data() + t * V;
+    const float* b = B.data() + t * V;
+    int64_t aw = 0, bw = 0;
+    double ma = -1e30, mb = -1e30, za = 0, zb = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      if (a[v] > a[aw]) aw = v;
+      if (b[v] > b[bw]) bw = v;
+      ma = std::max(ma, double(a[v]));
+      mb = std::max(mb, double(b[v]));
+    }
+    for (int64_t v = 0; v < V; ++v) {
+      za += std::exp(a[v] - ma);
+      zb += std::exp(b[v] - mb);
+    }
+    for (int64_t v = 0; v < V; ++v) {
+      const double la = a[v] - ma - std::log(za), lb = b[v] - mb - std::log(zb);
+      g.kl += std::exp(la) * (la - std::max(lb, -700.0));
+    }
+    if (aw == bw) {
+      ++agree;
+      continue;
+    }
+    ++g.disagree;
+    // Each run's margin between its own top-1 and the other run's top-1.
+    const double margin = std::min(double(a[aw]) - a[bw], double(b[bw]) - b[aw]);
+    g.max_disagree_margin = std::max(g.max_disagree_margin, margin);
+  }
+  g.top1 = double(agree) / double(T);
+  g.kl /= double(T);
+  return g;
+}
+
+// A near-tie: the top-1 / top-2 margin that f16-level rounding differences, amplified by 8-bit
+// activation codes, move on this model (measured: |margin change| p90 0.03-0.07 logits between
+// weft and llama.cpp, largest disagreement margin 0.03-0.14 over 1024 positions).
+constexpr double kNearTie = 0.25;
 
 class PeerInterop : public ::testing::Test {
  protected:
@@ -64,10 +117,10 @@ TEST_F(PeerInterop, ShippedModelMatchesLlamaCpp) {
   const std::string heldout = test::shared_dir() + "/data/corpora/heldout/wikitext2-test.txt";
   if (fs::exists(heldout)) {
     std::ifstream in(heldout);
-    text = std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()).substr(0, 4096);
+    text = std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()).substr(0, 10000);
   }
   std::vector<int32_t> ids = tok->encode(text);
-  if (ids.size() > 256) ids.resize(256);
+  if (ids.size() > 512) ids.resize(512);
   {
     std::ofstream o(tmp + "/ids.txt");
     for (int32_t id : ids) o << id << ' ';
@@ -88,62 +141,34 @@ TEST_F(PeerInterop, ShippedModelMatchesLlamaCpp) {
       in.read(reinterpret_cast<char*>(l.data()), std::streamsize(l.size() * 4));
       ASSERT_EQ(in.gcount(), std::streamsize(l.size() * 4)) << "llama.cpp output has another shape: " << out;
     }
-    double kl = 0;
-    int64_t agree = 0;
-    for (int64_t t = 0; t < T; ++t) {
-      const float* a = w.data() + t * V;
-      const float* b = l.data() + t * V;
-      double m = -1e30, z = 0;
-      int64_t aw = 0, al = 0;
-      for (int64_t v = 0; v < V; ++v) {
-        if (a[v] > a[aw]) aw = v;
-        if (b[v] > b[al]) al = v;
-        m = std::max(m, double(a[v]));
-      }
-      for (int64_t v = 0; v < V; ++v) z += std::exp(a[v] - m);
-      for (int64_t v = 0; v < V; ++v) {
-        const double lp = a[v] - m - std::log(z);
-        kl += std::exp(lp) * (lp - std::max(double(b[v]), -700.0));
-      }
-      agree += aw == al;
+    const Agreement g = agreement(w, l, T, V);
+    // The noise floor: the same file through weft with an f32 KV cache instead of f16.
+    const Agreement self = agreement(w, weft_logits(gguf, ids, DType::kF32), T, V);
+    std::printf("[ %s ] %lld tokens: top-1 agreement %.2f%%, mean KL(weft || llama.cpp) %.3g, largest disagreement margin "
+                "%.3f | weft f16 vs f32 KV: top-1 %.2f%%, KL %.3g\n",
+                weight_scheme_name(sc), (long long)T, 100 * g.top1, g.kl, g.max_disagree_margin, 100 * self.top1, self.kl);
+    EXPECT_LE(g.kl, 1e-3) << weight_scheme_name(sc);
+    if (sc == WeightScheme::kKeep) {
+      EXPECT_GE(g.top1, 0.99) << weight_scheme_name(sc);
+    } else {
+      EXPECT_GE(g.top1, 0.98) << weight_scheme_name(sc);
+      EXPECT_LT(g.max_disagree_margin, kNearTie) << weight_scheme_name(sc) << ": a disagreement that is not a near-tie";
+      // llama.cpp is not much further from weft than weft is from itself under a rounding change.
+      EXPECT_LE(g.kl, 6 * self.kl) << weight_scheme_name(sc);
     }
-    const double top1 = double(agree) / double(T);
-    kl /= double(T);
-    std::printf("[ %s ] %lld tokens: top-1 agreement %.2f%%, mean KL(weft || llama.cpp) %.3g\n", weight_scheme_name(sc),
-                (long long)T, 100 * top1, kl);
-    EXPECT_GE(top1, sc == WeightScheme::kKeep ? 0.99 : 0.96) << weight_scheme_name(sc);
-    EXPECT_LE(kl, 1e-3) << weight_scheme_name(sc);
   }
 }
 
-// GPT-2's byte-to-character map (the ByteLevel pre-tokenizer's alphabet), as UTF-8.
-std::string byte_level_char(int b) {
-  int cp = b, n = 0;
-  const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-  if (!printable) {
-    for (int x = 0; x < b; ++x)
-      if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255))) ++n;
-    cp = 256 + n;
-  }
-  std::string s;
-  if (cp < 0x80) s += char(cp);
-  else {
-    s += char(0xC0 | (cp >> 6));
-    s += char(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
-
-// The fixtures have no tokenizer, which llama.cpp requires: a byte-level vocabulary of V tokens
-// and no merges is added to the converted file (weft ignores it; the ids are given).
-std::string with_byte_tokenizer(const std::string& in, const std::string& out, int64_t V) {
+// The fixtures have no tokenizer.json: the converter writes a byte-level placeholder vocabulary
+// (llama.cpp needs one; the ids are given). Random-weight MoE fixtures have near-tied router
+// logits; llama.cpp rounds the router's activations to bf16 (its bf16 matmul), so a top-k choice
+// can flip and the sequence diverge from there. With every expert active no choice is left to
+// flip, and everything else (stacked experts, routing weights, shared expert) is still compared.
+std::string with_all_experts(const std::string& in, const std::string& out) {
   auto f = GgufFile::open(in);
   EXPECT_TRUE(f.ok());
   auto meta = f->metadata();
-  // Random-weight MoE fixtures have near-tied router logits; llama.cpp rounds the router's
-  // activations to bf16 (its bf16 matmul), so a top-k choice can flip and the sequence diverge
-  // from there. With every expert active no choice is left to flip, and everything else
-  // (stacked experts, routing weights, shared expert) is still compared.
+  EXPECT_TRUE(f->find("tokenizer.ggml.tokens") != nullptr) << "the converter wrote no placeholder vocabulary";
   const GgufValue* experts = nullptr;
   for (const auto& [k, v] : meta)
     if (k.size() > 13 && k.substr(k.size() - 13) == ".expert_count") experts = &v;
@@ -152,14 +177,6 @@ std::string with_byte_tokenizer(const std::string& in, const std::string& out, i
     for (auto& [k, v] : meta)
       if (k.size() > 18 && k.substr(k.size() - 18) == ".expert_used_count") v = all;
   }
-  std::vector<std::string> tokens;
-  for (int64_t i = 0; i < V; ++i) tokens.push_back(i < 256 ? byte_level_char(int(i)) : "<extra_" + std::to_string(i) + ">");
-  meta.emplace_back("tokenizer.ggml.model", GgufValue::string("gpt2"));
-  meta.emplace_back("tokenizer.ggml.pre", GgufValue::string("gpt-2"));
-  meta.emplace_back("tokenizer.ggml.tokens", GgufValue::string_array(tokens));
-  meta.emplace_back("tokenizer.ggml.token_type", GgufValue::i32_array(std::vector<int32_t>(size_t(V), 1)));
-  meta.emplace_back("tokenizer.ggml.merges", GgufValue::string_array({}));
-  meta.emplace_back("tokenizer.ggml.eos_token_id", GgufValue::u32(uint32_t(V - 1)));
   std::vector<GgufTensorToWrite> ts;
   for (const GgufTensor& t : f->tensors()) ts.push_back({t.name, t.type, t.ne, t.data});
   EXPECT_TRUE(write_gguf(out, meta, ts).ok());
@@ -178,7 +195,7 @@ TEST_P(PeerFixture, MatchesLlamaCpp) {
   auto hf = Model::load(dir);
   ASSERT_TRUE(hf.ok());
   const int64_t V = hf.value()->config().vocab_size;
-  const std::string gguf = with_byte_tokenizer(tmp + "/raw.gguf", tmp + "/model.gguf", V);
+  const std::string gguf = with_all_experts(tmp + "/raw.gguf", tmp + "/model.gguf");
   std::vector<int32_t> ids;
   uint64_t st = 7;
   for (int i = 0; i < 64; ++i) {

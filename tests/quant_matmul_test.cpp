@@ -181,6 +181,37 @@ TEST(QuantMatmul, Avx2IsBitIdenticalToScalar) {
   }
 }
 
+// The AVX2 activation quantizers write the scalar ones' bytes for any input: random scales,
+// exact halves (ties to even), a zero block, NaN, +-inf, values of equal magnitude and opposite
+// sign (the first one sets the q8_K scale's sign), denormals.
+TEST(QuantMatmul, Avx2ActivationsAreTheScalarBytes) {
+  if (!cpu_features().has_avx2_fma_f16c()) GTEST_SKIP() << "no AVX2/FMA/F16C on this CPU";
+  std::mt19937 rng(std::random_device{}());
+  std::normal_distribution<float> g(0, 1);
+  const int64_t K = 256 * 9;
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<float> x(static_cast<size_t>(K));
+    for (int64_t b = 0; b < K / 32; ++b) {
+      const float scale = std::pow(10.0f, std::uniform_real_distribution<float>(-6, 6)(rng));
+      for (int64_t i = 0; i < 32; ++i) x[size_t(b * 32 + i)] = g(rng) * scale;
+    }
+    for (int64_t i = 0; i < 32; ++i) x[size_t(32 + i)] = float(i % 2 ? -(i + 0.5) : (i + 0.5));  // ties
+    x[32 + 31] = 127.0f;
+    for (int64_t i = 256; i < 512; ++i) x[size_t(i)] = 0.0f;                                      // zero block
+    x[600] = std::nanf("");
+    x[900] = trial % 2 ? INFINITY : -INFINITY;
+    x[1100] = 3.0f, x[1101] = -3.0f, x[1102] = 2.0f;                                               // equal magnitudes
+    for (int64_t i = 1280; i < 1536; ++i) x[size_t(i)] = 1e-40f * float(i - 1400);               // denormals
+    x[1280 + 77] = -1e-40f * 200.0f;
+    for (GgmlType wt : {GgmlType::kQ8_0, GgmlType::kQ4_K}) {
+      std::vector<uint8_t> a(ggml_row_bytes(activation_type(wt), K)), b(a.size());
+      quantize_activations(wt, x.data(), K, a.data());
+      quantize_activations_avx2(wt, x.data(), K, b.data());
+      ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size()), 0) << ggml_type_name(activation_type(wt)) << " trial " << trial;
+    }
+  }
+}
+
 TEST(QuantMatmul, BatchAndThreadCountDoNotChangeAnyBit) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));

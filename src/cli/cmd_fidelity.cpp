@@ -6,12 +6,15 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "cli/command.h"
 #include "cli/common.h"
 #include "core/mapped_file.h"
 #include "io/tokenizer.h"
 #include "lab/fidelity.h"
+#include "model/gguf_convert.h"
+#include "io/model_files.h"
 
 namespace weft::cli {
 namespace {
@@ -53,7 +56,7 @@ int run_fidelity_cmd(int argc, char** argv) {
       "kld_median, kld_p99, kld_max, top1, ppl_ratio, dnll_mean, dp_mean, dp_abs_p99, n, buckets: [...]}}, "
       "\"ref\", \"tokens\", \"model\"}.",
       "fidelity");
-  std::string model_dir, text_file, ids_file, arms_csv, out_dir;
+  std::string model_dir, text_file, ids_file, arms_csv, out_dir, weights_csv;
   int64_t ctx = 0, batch = 128;
   int threads = 0;
   bool json = false;
@@ -64,8 +67,12 @@ int run_fidelity_cmd(int argc, char** argv) {
   app.add_option("--arms", arms_csv,
                  "comma-separated KV types, the first is the reference, e.g. f16,q8_0,q4_0; K/V pairs such as "
                  "q8_0/f16; a \"+rot\" suffix (q4_0+rot, q4_0/q4_0+rot) turns on the Hadamard rotation of "
-                 "--kv-rotate for that arm")
-      ->required();
+                 "--kv-rotate for that arm; with --weights one type is enough (default f16)");
+  app.add_option("--weights", weights_csv,
+                 "also compare weight types: comma-separated schemes (q8_0, q4_k_m, q5_k_m, q6_k, q4_0, bf16, ...), "
+                 "each an arm \"w:SCHEME\" with the model's weights re-encoded through GGUF (weft convert + "
+                 "quantize, in a temporary directory) and the reference arm's KV type; the scheme of the model "
+                 "itself (bf16 / keep) is the reference and is skipped");
   app.add_option("--ctx", ctx, "tokens to feed (the first N); default all, capped by max_position_embeddings")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--batch", batch, "tokens per lockstep chunk; memory is arms x batch x vocab floats")
@@ -84,7 +91,20 @@ int run_fidelity_cmd(int argc, char** argv) {
     return 2;
   }
 
-  auto arms = lab::parse_fidelity_arms(arms_csv);
+  if (arms_csv.empty() && weights_csv.empty()) {
+    std::fprintf(stderr, "weft fidelity: --arms is required (or --weights)\n(see weft fidelity --help)\n");
+    return 2;
+  }
+  if (arms_csv.empty()) arms_csv = "f16";
+  Result<std::vector<lab::FidelityArm>> arms = Status::error("");
+  if (!weights_csv.empty() && arms_csv.find(',') == std::string::npos) {
+    // One KV type: the reference of the weight arms (they add the second and later arms).
+    auto one = lab::parse_fidelity_arm(arms_csv);
+    if (!one.ok()) return fail(one.status());
+    arms = std::vector<lab::FidelityArm>{one.value()};
+  } else {
+    arms = lab::parse_fidelity_arms(arms_csv);
+  }
   if (!arms.ok()) return fail(arms.status());
   // Read the input before loading the model, so a missing file is reported at once.
   std::string text;
@@ -144,7 +164,41 @@ int run_fidelity_cmd(int argc, char** argv) {
                  (long long)total, el > 0 ? double(done) / el : 0.0, el, tty && done < total ? "" : "\n");
     std::fflush(stderr);
   };
+  // Weight arms: the model re-encoded per scheme (kept alive for the run).
+  std::vector<std::unique_ptr<Model>> weight_models;
+  std::string weight_tmp;
+  if (!weights_csv.empty()) {
+    weight_tmp = (fs::temp_directory_path() / ("weft-fidelity-weights-" + std::to_string(getpid()))).string();
+    std::error_code ec;
+    fs::create_directories(weight_tmp, ec);
+    if (ec) return fail(Status::error("cannot create " + weight_tmp + ": " + ec.message()));
+    std::string base = model_dir;
+    if (!ModelFiles::is_gguf(model_dir)) {
+      base = weight_tmp + "/keep.gguf";
+      if (Status s = convert_hf_to_gguf(model_dir, base, WeightScheme::kKeep); !s.ok()) return fail(s.with_context("--weights"));
+    }
+    std::stringstream ss(weights_csv);
+    for (std::string w; std::getline(ss, w, ',');) {
+      auto scheme = parse_weight_scheme(w);
+      if (!scheme.ok()) return fail(scheme.status().with_context("--weights"));
+      if (scheme.value() == WeightScheme::kKeep) continue;  // the reference's own weights
+      const std::string path = weight_tmp + "/" + weight_scheme_name(scheme.value()) + ".gguf";
+      std::fprintf(stderr, "weft fidelity: writing the %s weights\n", weight_scheme_name(scheme.value()));
+      if (Status s = quantize_gguf(base, path, scheme.value()); !s.ok()) return fail(s.with_context("--weights"));
+      auto m = Model::load(path);
+      if (!m.ok()) return fail(m.status());
+      lab::FidelityArm a = arms.value().front();
+      a.name = std::string("w:") + weight_scheme_name(scheme.value());
+      a.model = m.value().get();
+      weight_models.push_back(std::move(m.value()));
+      arms.value().push_back(a);
+    }
+  }
   auto result = lab::run_fidelity(*model.value(), ids, arms.value(), opts);
+  if (!weight_tmp.empty()) {
+    std::error_code ec;
+    fs::remove_all(weight_tmp, ec);
+  }
   if (!result.ok()) return fail(result.status());
 
   const nlohmann::json j = lab::fidelity_json(result.value(), model_dir);

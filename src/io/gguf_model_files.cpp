@@ -311,18 +311,13 @@ Result<std::unique_ptr<ModelFiles>> ModelFiles::open_gguf(const std::string& pat
       }
     }
     if (v_tiled && suffix == "ssm_out.weight") {
-      // Columns in chunks of one value head; a block type whose blocks straddle heads is
-      // dequantized to f32 first (exact values, f32 matmul).
+      // Columns in chunks of one value head. Whole blocks per head: moved back to HF order
+      // (exact). Blocks straddling heads (q4_K/q5_K/q6_K with a 64- or 128-wide value head)
+      // cannot move: the matrix stays as stored and the model feeds it the value heads in the
+      // file's order (input_head_order), the product llama.cpp computes on the same file.
       if (t.ne.size() != 2 || t.cols() != nv * dv) return fail("tensor '" + t.name + "' has the wrong shape");
       if (v.dtype != DType::kF32 && dv % dtype_block(v.dtype) != 0) {
-        std::vector<float> deq(size_t(t.numel()));
-        for (int64_t r = 0; r < t.rows(); ++r)
-          dequantize_row(t.type, t.data + size_t(r) * t.row_bytes(), deq.data() + r * t.cols(), t.cols());
-        v.dtype = DType::kF32;
-        uint8_t* d = own(deq.size() * 4);
-        permute_col_chunks(DType::kF32, deq.data(), t.rows(), t.cols(), dv, vmap, /*scatter=*/true, d);
-        v.data = d;
-        v.nbytes = deq.size() * 4;
+        files->input_head_orders_[*hf] = vmap;
       } else {
         uint8_t* d = own(t.nbytes);
         permute_col_chunks(v.dtype, t.data, t.rows(), t.cols(), dv, vmap, /*scatter=*/true, d);

@@ -42,6 +42,13 @@ class ModelFiles {
   // (computed in f32), so the model uses plain x̂·w' on them: the same product x̂·(1 + w) does.
   bool norms_plus_one_folded() const { return norms_plus_one_folded_; }
   const GgufFile* gguf() const { return gguf_.get(); }
+  // A matrix whose input columns are stored in another head order than the HF layout (GGUF
+  // ssm_out of a block type whose blocks straddle value heads, so the columns cannot move):
+  // column chunk i (cols / order.size() wide) multiplies input head order[i]. nullptr: HF order.
+  const std::vector<int64_t>* input_head_order(const std::string& name) const {
+    auto it = input_head_orders_.find(name);
+    return it == input_head_orders_.end() ? nullptr : &it->second;
+  }
 
  private:
   std::string dir_;
@@ -52,6 +59,7 @@ class ModelFiles {
   std::unique_ptr<GgufFile> gguf_;
   std::vector<std::vector<uint8_t>> owned_;  // tensors reordered out of the GGUF layout
   bool norms_plus_one_folded_ = false;
+  std::unordered_map<std::string, std::vector<int64_t>> input_head_orders_;
 };
 
 }  // namespace weft

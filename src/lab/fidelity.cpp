@@ -228,7 +228,9 @@ Result<FidelityResult> run_fidelity(const Model& model, const std::vector<int32_
     so.threads = options.threads;
     so.device = options.device;
     so.batch = B;
-    sessions.push_back(std::make_unique<Session>(model, so));
+    if (a.model && a.model->config().vocab_size != V)
+      return Status::error("arm '" + a.name + "' has another vocabulary size than the reference model");
+    sessions.push_back(std::make_unique<Session>(a.model ? *a.model : model, so));
   }
   for (auto& l : logits) l.resize(size_t(B * V));
 

@@ -37,6 +37,9 @@ namespace weft::lab {
 struct FidelityArm {
   std::string name;
   KvOptions kv;
+  // Weight arms (`weft fidelity --weights`): the same model with its weights in another type;
+  // nullptr = the model run_fidelity is given. Must have the same vocabulary; not owned.
+  const Model* model = nullptr;
 };
 
 // "f16" -> K and V f16; "q8_0/f16" -> K q8_0, V f16. Errors list the accepted type names.

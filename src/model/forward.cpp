@@ -191,7 +191,19 @@ void gdn_layer(const ModelConfig& c, const GdnWeights& w, int64_t layer, const R
   be.gdn_recurrence(calls.data(), int64_t(calls.size()));
   // Gated RMSNorm per value head (plain w, then ·silu(z)), then the output projection.
   be.rmsnorm_gated(core, z, w.norm.data(), core, R * nv, dv, float(c.rms_norm_eps));
-  be.matmul(w.out_proj, core, R, y);
+  const float* out_in = core;
+  if (!w.out_proj_head_order.empty()) {
+    // out_proj's columns are in the file's value-head order (weights.h): feed it the heads in
+    // that order, an exact move of activations instead of re-encoding quantized weights.
+    thread_local std::vector<int32_t> order;
+    order.resize(size_t(R * nv));
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t i = 0; i < nv; ++i) order[size_t(r * nv + i)] = int32_t(r * nv) + w.out_proj_head_order[size_t(i)];
+    float* tiled = be.buffer(Buf::kE, R * value_dim);
+    be.gather_rows(core, order.data(), R * nv, dv, tiled);
+    out_in = tiled;
+  }
+  be.matmul(w.out_proj, out_in, R, y);
 }
 
 // SwiGLU MLP: down(silu(gate(x)) · up(x)).

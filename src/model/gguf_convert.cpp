@@ -41,11 +41,15 @@ bool use_more_bits(int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 ||
 
 bool fits(GgmlType t, int64_t cols) { return cols % ggml_block_size(t) == 0; }
 
-// Small matrices llama.cpp leaves unquantized (routers, gates of per-head scalars).
+// Matrices llama.cpp's quantizer leaves in their type: expert routers (ffn_gate_inp) and the
+// shared expert's gate, a single row (1-D to ggml: ggml_n_dims counts no trailing 1).
 bool keeps_source_type(const std::string& name) {
-  return ends_with(name, "ffn_gate_inp.weight") || ends_with(name, "ffn_gate_inp_shexp.weight") ||
-         ends_with(name, "ssm_alpha.weight") || ends_with(name, "ssm_beta.weight") || ends_with(name, "ssm_ba.weight");
+  return ends_with(name, "ffn_gate_inp.weight") || ends_with(name, "ffn_gate_inp_shexp.weight");
 }
+
+// llama.cpp's "attn_v-like" tensors (more bits under the K-quant mixes): attn_v and attn_qkv
+// (the Gated DeltaNet's fused q|k|v), counted together in file order.
+bool attn_v_like(const std::string& name) { return ends_with(name, "attn_v.weight") || ends_with(name, "attn_qkv.weight"); }
 
 std::vector<float> to_f32(const TensorView& t) {
   std::vector<float> v(size_t(t.numel()));
@@ -140,10 +144,47 @@ void put_hparams(const ModelConfig& c, const std::string& arch, const nlohmann::
   }
 }
 
+// GPT-2's byte-to-character map (the ByteLevel alphabet), as UTF-8: byte b's token text.
+std::string byte_level_char(int b) {
+  auto printable = [](int x) { return (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255); };
+  int cp = b;
+  if (!printable(b)) {
+    cp = 256;
+    for (int x = 0; x < b; ++x) cp += !printable(x);
+  }
+  std::string s;
+  if (cp < 0x80) {
+    s += char(cp);
+  } else {
+    s += char(0xC0 | (cp >> 6));
+    s += char(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
+// A checkpoint without tokenizer.json (synthetic models, test fixtures) still needs a vocabulary
+// for llama.cpp to load the file: a byte-level placeholder of vocab_size tokens (the 256 bytes,
+// then "<extra_i>"), no merges, eos the last id. Token ids are what benchmarks and tests feed.
+void put_placeholder_tokenizer(int64_t vocab_size, Metadata* m) {
+  std::vector<std::string> tokens;
+  tokens.reserve(size_t(vocab_size));
+  for (int64_t i = 0; i < vocab_size; ++i)
+    tokens.push_back(i < 256 ? byte_level_char(int(i)) : "<extra_" + std::to_string(i) + ">");
+  m->emplace_back("tokenizer.ggml.model", GgufValue::string("gpt2"));
+  m->emplace_back("tokenizer.ggml.pre", GgufValue::string("gpt-2"));
+  m->emplace_back("tokenizer.ggml.tokens", GgufValue::string_array(tokens));
+  m->emplace_back("tokenizer.ggml.token_type", GgufValue::i32_array(std::vector<int32_t>(size_t(vocab_size), 1)));
+  m->emplace_back("tokenizer.ggml.merges", GgufValue::string_array({}));
+  m->emplace_back("tokenizer.ggml.eos_token_id", GgufValue::u32(uint32_t(vocab_size - 1)));
+}
+
 // tokenizer.json (+ tokenizer_config.json) as tokenizer.ggml.* metadata: a "gpt2" BPE model.
 Status put_tokenizer(const std::string& dir, int64_t vocab_size, Metadata* m) {
   const std::string path = dir + "/tokenizer.json";
-  if (!std::filesystem::exists(path)) return Status();  // fixtures without a tokenizer
+  if (!std::filesystem::exists(path)) {
+    put_placeholder_tokenizer(vocab_size, m);
+    return Status();
+  }
   auto tok = Tokenizer::load(path);
   if (!tok.ok()) return tok.status();
   auto text = read_text_file(path);
@@ -225,9 +266,9 @@ const char* weight_scheme_name(WeightScheme s) {
 }
 
 GgmlType weight_type_for(WeightScheme scheme, const TensorRole& role, GgmlType source, int64_t cols) {
-  GgmlType t = source;
   const std::string& n = role.gguf_name;
   const bool output = n == "output.weight" || (role.tied_output && n == "token_embd.weight");
+  GgmlType t = source;
   switch (scheme) {
     case WeightScheme::kKeep: return source;
     case WeightScheme::kF32: return GgmlType::kF32;
@@ -235,26 +276,31 @@ GgmlType weight_type_for(WeightScheme scheme, const TensorRole& role, GgmlType s
     case WeightScheme::kBF16: return GgmlType::kBF16;
     case WeightScheme::kQ8_0: t = GgmlType::kQ8_0; break;
     case WeightScheme::kQ6_K: t = GgmlType::kQ6_K; break;
-    case WeightScheme::kQ4_0: t = output ? GgmlType::kQ6_K : GgmlType::kQ4_0; break;
-    case WeightScheme::kQ4_K_M:
-    case WeightScheme::kQ5_K_M: {
-      const GgmlType base = scheme == WeightScheme::kQ4_K_M ? GgmlType::kQ4_K : GgmlType::kQ5_K;
-      t = base;
-      if (output) t = GgmlType::kQ6_K;
-      else if (ends_with(n, "attn_v.weight"))
-        t = role.n_experts == 8 ? GgmlType::kQ8_0 : use_more_bits(role.i_attn_v, role.n_attn_v) ? GgmlType::kQ6_K : base;
-      else if (ends_with(n, "ffn_down.weight") || ends_with(n, "ffn_down_exps.weight") || ends_with(n, "ffn_down_shexp.weight"))
-        t = use_more_bits(role.layer, role.n_layers) ? GgmlType::kQ6_K : base;
-      else if (ends_with(n, "attn_qkv.weight"))
-        t = scheme == WeightScheme::kQ4_K_M ? GgmlType::kQ5_K : GgmlType::kQ6_K;
-      break;
-    }
+    case WeightScheme::kQ4_0: t = GgmlType::kQ4_0; break;
+    case WeightScheme::kQ4_K_M: t = GgmlType::kQ4_K; break;
+    case WeightScheme::kQ5_K_M: t = GgmlType::kQ5_K; break;
   }
   if (keeps_source_type(n)) return source;
-  // A row that is not whole blocks: llama.cpp falls back to q5_0 / q5_1 / q8_0 (weft: q8_0),
-  // then to a plain type.
+  // llama_tensor_get_type_impl, for the schemes and types weft has:
+  const bool k_mix = scheme == WeightScheme::kQ4_K_M || scheme == WeightScheme::kQ5_K_M;
+  if (output) {
+    // The output head (or the tied embedding): q8_0 when the default type's block does not
+    // divide a row, else q6_K unless the default is q8_0.
+    t = !fits(t, cols) ? GgmlType::kQ8_0 : t != GgmlType::kQ8_0 ? GgmlType::kQ6_K : t;
+  } else if (attn_v_like(n)) {
+    if (k_mix && use_more_bits(role.i_attn_v, role.n_attn_v)) t = GgmlType::kQ6_K;
+    if (role.n_experts == 8) t = GgmlType::kQ8_0;
+  } else if (ends_with(n, "attn_k.weight")) {
+    if (role.n_experts == 8) t = GgmlType::kQ8_0;
+  } else if (n.find("ffn_down") != std::string::npos) {
+    if (k_mix && use_more_bits(role.layer, role.n_layers)) t = GgmlType::kQ6_K;
+  } else if (ends_with(n, "attn_output.weight")) {
+    if (role.n_experts == 8 && scheme == WeightScheme::kQ4_K_M) t = GgmlType::kQ5_K;
+  }
+  // A row that is not whole blocks: llama.cpp falls back to q5_0 (from q4_K), q5_1 (from q5_K) or
+  // q8_0 (from q6_K), weft (which has no q5_0 / q5_1) to q8_0; then both to f16.
   if (!fits(t, cols)) t = GgmlType::kQ8_0;
-  if (!fits(t, cols)) t = source == GgmlType::kF32 ? GgmlType::kF16 : source;
+  if (!fits(t, cols)) t = GgmlType::kF16;
   return t;
 }
 
@@ -283,7 +329,7 @@ Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path
   std::vector<OutTensor> out;
   TensorRole role;
   role.n_layers = c.num_hidden_layers;
-  role.n_attn_v = c.num_full_attention_layers();
+  role.n_attn_v = c.num_hidden_layers;  // one attn_v (attention) or attn_qkv (Gated DeltaNet) per layer
   role.n_experts = c.num_experts;
   role.tied_output = !files.find("lm_head.weight") && c.tie_word_embeddings;
 
@@ -298,6 +344,7 @@ Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path
   auto matrix = [&](const std::string& gname, DType source, std::vector<int64_t> ne, const std::vector<float>& v) {
     role.gguf_name = gname;
     const GgmlType t = weight_type_for(scheme, role, ggml_of(source), ne[0]);
+    if (attn_v_like(gname)) ++role.i_attn_v;
     out.push_back(encode(gname, t, std::move(ne), v));
   };
   auto vec = [&](const std::string& gname, std::vector<int64_t> ne, std::vector<float> v, bool plus_one) {
@@ -344,7 +391,6 @@ Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path
         WEFT_RETURN_IF_ERROR(copy2d(a + "q_proj.weight", g + "attn_q.weight", qmap));
         WEFT_RETURN_IF_ERROR(copy2d(a + "k_proj.weight", g + "attn_k.weight", kmap));
         WEFT_RETURN_IF_ERROR(copy2d(a + "v_proj.weight", g + "attn_v.weight"));
-        ++role.i_attn_v;
         WEFT_RETURN_IF_ERROR(copy2d(a + "o_proj.weight", g + "attn_output.weight"));
         if (c.attention_bias) {
           for (auto [hf, gn, map] : {std::tuple{"q_proj.bias", "attn_q.bias", &qmap}, {"k_proj.bias", "attn_k.bias", &kmap},
@@ -472,15 +518,14 @@ Status quantize_gguf(const std::string& in_path, const std::string& out_path, We
   if (!f_r.ok()) return f_r.status();
   const GgufFile& f = f_r.value();
   TensorRole role;
-  int64_t blocks = 0, nextn = 0;
+  int64_t blocks = 0;
   std::string arch;
   if (auto a = f.get_string("general.architecture"); a.ok()) arch = a.value();
   if (auto b = f.get_uint(gguf_key(arch, "block_count")); b.ok()) blocks = int64_t(b.value());
-  if (auto b = f.get_uint(gguf_key(arch, "nextn_predict_layers")); b.ok()) nextn = int64_t(b.value());
   if (auto b = f.get_uint(gguf_key(arch, "expert_count")); b.ok()) role.n_experts = int64_t(b.value());
-  role.n_layers = blocks - nextn;
+  role.n_layers = blocks;  // llama.cpp's n_layer_all (MTP blocks included)
   role.tied_output = f.find_tensor("output.weight") == nullptr;
-  for (const GgufTensor& t : f.tensors()) role.n_attn_v += ends_with(t.name, "attn_v.weight");
+  for (const GgufTensor& t : f.tensors()) role.n_attn_v += attn_v_like(t.name);
 
   std::vector<OutTensor> out;
   out.reserve(f.tensors().size());
@@ -500,7 +545,7 @@ Status quantize_gguf(const std::string& in_path, const std::string& out_path, We
     }
     const bool source_plain = t.type == GgmlType::kF32 || t.type == GgmlType::kF16 || t.type == GgmlType::kBF16;
     const GgmlType type = weight_type_for(scheme, role, source_plain ? t.type : GgmlType::kF16, t.cols());
-    if (ends_with(t.name, "attn_v.weight")) ++role.i_attn_v;
+    if (attn_v_like(t.name)) ++role.i_attn_v;
     if (type == t.type) {
       w.push_back({t.name, t.type, t.ne, t.data});
       continue;

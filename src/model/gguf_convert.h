@@ -23,8 +23,8 @@ struct TensorRole {
   std::string gguf_name;     // e.g. "blk.3.ffn_down.weight"
   int64_t layer = -1;        // -1 for whole-model tensors
   int64_t n_layers = 0;
-  int64_t i_attn_v = 0;      // index of this attn_v among the model's attn_v tensors
-  int64_t n_attn_v = 0;
+  int64_t i_attn_v = 0;      // index of this tensor among the attn_v-like ones (attn_v, attn_qkv), file order
+  int64_t n_attn_v = 0;      // how many attn_v-like tensors the model has
   int64_t n_experts = 0;
   bool tied_output = false;  // token_embd that also serves as the output head
 };

@@ -112,6 +112,10 @@ class Binder {
     WEFT_RETURN_IF_ERROR(vector(p + "A_log", {nv}, &g->a_log));
     WEFT_RETURN_IF_ERROR(vector(p + "dt_bias", {nv}, &g->dt_bias));
     WEFT_RETURN_IF_ERROR(vector(p + "norm.weight", {c.linear_value_head_dim}, &g->norm));
+    if (const auto* order = files_.input_head_order(p + "out_proj.weight")) {
+      if (int64_t(order->size()) != nv) return Status::error("out_proj head order has the wrong size");
+      g->out_proj_head_order.assign(order->begin(), order->end());
+    }
     return matrix(p + "out_proj.weight", H, value_dim, &g->out_proj);
   }
 

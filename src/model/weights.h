@@ -29,6 +29,9 @@ struct GdnWeights {
   std::vector<float> dt_bias;  // [n_v]
   std::vector<float> norm;     // [value_head_dim], plain w (RMSNormGated)
   Matrix out_proj;             // [H, value_dim]
+  // Empty: out_proj's columns are in value-head order. Else column chunk i (one value head
+  // wide) multiplies value head out_proj_head_order[i] (GGUF files whose blocks straddle heads).
+  std::vector<int32_t> out_proj_head_order;
 };
 
 struct ExpertWeights {

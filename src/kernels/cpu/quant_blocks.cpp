@@ -16,6 +16,7 @@ inline int round_clamp(float v, int lo, int hi) {
   return int(std::lround(v));
 }
 
+
 // Least-squares fit of x ≈ a*L - m with L in [0, nmax] integers and m >= 0 (the offset of q4_K /
 // q5_K may only move values down, since the stored min is unsigned). Tries a few grid densities
 // around the plain min/max grid and keeps the smallest squared error. Returns a >= 0 and m >= 0.
@@ -195,23 +196,37 @@ void quantize_row_q6_K(const float* x, BlockQ6_K* y, int64_t n) {
   }
 }
 
+// ggml's quantize_row_q8_K_ref rule (which its x86 build uses as is, and which its repacked
+// q4_K kernels reproduce), so weft and llama.cpp give the same activations the same codes and
+// scale: the element of largest magnitude (the first, on ties) sets iscale = -127 / max, codes are
+// iscale * x rounded half to even, the scale is 1 / iscale (negative when max > 0: the codes
+// carry the opposite sign, the product is the same).
 void quantize_row_q8_K(const float* x, BlockQ8_K* y, int64_t n) {
   assert(n % kQK_K == 0);
   for (int64_t b = 0; b < n / kQK_K; ++b, x += kQK_K) {
-    float amax = 0;
-    for (int i = 0; i < kQK_K; ++i) amax = std::fmax(amax, std::fabs(x[i]));
-    const float d = amax / 127.0f;
-    const float id = d > 0 ? 1.0f / d : 0.0f;
-    y[b].d = d;
+    float amax = 0, max = 0;
+    for (int i = 0; i < kQK_K; ++i) {
+      const float ax = std::fabs(x[i]);
+      if (ax > amax) {
+        amax = ax;
+        max = x[i];
+      }
+    }
+    if (!(amax > 0) || !std::isfinite(amax)) {  // zeros (or NaN / inf input): all codes 0
+      std::memset(&y[b], 0, sizeof(BlockQ8_K));
+      continue;
+    }
+    const float iscale = -127.0f / max;
     for (int g = 0; g < 16; ++g) {
       int sum = 0;
       for (int i = 0; i < 16; ++i) {
-        const int q = round_clamp(x[16 * g + i] * id, -127, 127);
+        const int q = code_half_even(iscale * x[16 * g + i]);
         y[b].qs[16 * g + i] = int8_t(q);
         sum += q;
       }
       y[b].bsums[g] = int16_t(sum);
     }
+    y[b].d = 1.0f / iscale;
   }
 }
 

@@ -95,6 +95,18 @@ void quantize_row_q6_K(const float* x, BlockQ6_K* y, int64_t n);
 // Activation blocks: d = max|x| / 127, q = round(x / d) clamped to [-127, 127] (never -128, which
 // the integer dot products rely on), bsums exact.
 void quantize_row_q8_K(const float* x, BlockQ8_K* y, int64_t n);
+
+// An activation code: v clamped to [-127, 127] (NaN to -127), then rounded half to even (the
+// rounding of ggml's activation quantizers). 12582912 = 1.5 * 2^23: adding and subtracting it
+// rounds |v| <= 2^22 to an integer in the current (default: nearest-even) rounding mode, with no
+// libm call (IEEE arithmetic, which the build never relaxes: no -ffast-math, so the pair is not
+// folded); the AVX2 quantizers compute the same codes with _mm256_round_ps.
+inline int code_half_even(float v) {
+  if (!(v >= -127.0f)) return -127;
+  if (v >= 127.0f) return 127;
+  const float r = v + 12582912.0f;
+  return int(r - 12582912.0f);
+}
 void dequantize_row_q4_K(const BlockQ4_K* x, float* y, int64_t n);
 void dequantize_row_q5_K(const BlockQ5_K* x, float* y, int64_t n);
 void dequantize_row_q6_K(const BlockQ6_K* x, float* y, int64_t n);

@@ -16,23 +16,21 @@ namespace weft {
 
 namespace {
 
-// Activation q8_0: the scale is stored as f16 and the codes are computed against that stored
-// scale (not the f32 one), so each value is off by at most half a step of the scale actually
-// used. |x| / d16 <= 127 * (1 + 2^-11) < 127.5, so the clamp never bites for finite input; it
-// keeps the codes in [-127, 127] (never -128) for the sign trick of the AVX2 kernels.
+// Activation q8_0, ggml's x86 quantize_row_q8_0 rule (the one llama.cpp runs on this CPU), so weft
+// and llama.cpp give the same activations the same codes: d = amax / 127 stored as f16, codes
+// x * (127 / amax) rounded half to even (not against 1 / d, not against the f16 scale). Codes stay
+// in [-127, 127] (never -128, for the sign trick of the AVX2 kernels); NaN input gives -127.
 void quantize_activations_q8_0(const float* x, int64_t K, BlockQ8_0* y) {
   for (int64_t b = 0; b < K / kQK32; ++b, x += kQK32) {
     float amax = 0;
-    for (int i = 0; i < kQK32; ++i) amax = std::fmax(amax, std::fabs(x[i]));
-    // As ggml's quantize_row_q8_0: codes against the f32 scale, the scale stored as f16, so
-    // weft and llama.cpp round the same activations to the same codes.
-    const float d = amax / 127.0f;
-    const float id = d > 0 ? 1.0f / d : 0.0f;
-    y[b].d = f32_to_f16(d);
     for (int i = 0; i < kQK32; ++i) {
-      const float v = x[i] * id;
-      y[b].qs[i] = int8_t(!(v >= -127.0f) ? -127 : v >= 127.0f ? 127 : int(std::lround(v)));
+      const float ax = std::fabs(x[i]);
+      amax = ax > amax ? ax : amax;  // NaN never wins (as fmax; inlined, unlike a libm call)
     }
+    const float d = amax / 127.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    y[b].d = f32_to_f16(d);
+    for (int i = 0; i < kQK32; ++i) y[b].qs[i] = int8_t(code_half_even(x[i] * id));
   }
 }
 
@@ -182,13 +180,13 @@ void scalar_tokens(const uint8_t* w, size_t row_bytes, int64_t rows, const uint8
 // each computing whole dot products with `dot`.
 void run_quant_matmul(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
                       int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool,
-                      QuantDotRowsFn dot) {
+                      QuantDotRowsFn dot, void (*quantize)(GgmlType, const float*, int64_t, uint8_t*)) {
   if (N <= 0 || T <= 0 || K <= 0) return;
   assert(K % ggml_block_size(wtype) == 0);
   const size_t xq_bytes = ggml_row_bytes(activation_type(wtype), K);
   thread_local std::vector<uint8_t> xq_scratch;  // the calling thread's; reused across calls
   if (xq_scratch.size() < size_t(T) * xq_bytes) xq_scratch.resize(size_t(T) * xq_bytes);
-  for (int64_t t = 0; t < T; ++t) quantize_activations(wtype, x + t * ldx, K, xq_scratch.data() + size_t(t) * xq_bytes);
+  for (int64_t t = 0; t < T; ++t) quantize(wtype, x + t * ldx, K, xq_scratch.data() + size_t(t) * xq_bytes);
   // Workers must not name the thread_local (they would see their own): pass the pointer.
   const uint8_t* xq = xq_scratch.data();
   const auto* wbytes = static_cast<const uint8_t*>(w);
@@ -248,7 +246,7 @@ void quant_matmul_scalar(GgmlType wtype, const void* w, int64_t N, int64_t K, co
     matmul_scalar(*ggml_type_to_dtype(wtype), w, N, K, x, ldx, T, out, ldo, pool);
     return;
   }
-  run_quant_matmul(wtype, w, N, K, x, ldx, T, out, ldo, pool, quant_dot_rows_scalar(wtype));
+  run_quant_matmul(wtype, w, N, K, x, ldx, T, out, ldo, pool, quant_dot_rows_scalar(wtype), quantize_activations);
 }
 
 void quant_matmul_avx2(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
@@ -257,7 +255,7 @@ void quant_matmul_avx2(GgmlType wtype, const void* w, int64_t N, int64_t K, cons
     matmul_avx2(*ggml_type_to_dtype(wtype), w, N, K, x, ldx, T, out, ldo, pool);
     return;
   }
-  run_quant_matmul(wtype, w, N, K, x, ldx, T, out, ldo, pool, quant_dot_rows_avx2(wtype));
+  run_quant_matmul(wtype, w, N, K, x, ldx, T, out, ldo, pool, quant_dot_rows_avx2(wtype), quantize_activations_avx2);
 }
 
 void quant_matmul(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,

@@ -32,8 +32,11 @@
 
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstring>
 #include <type_traits>
+
+#include "core/dtype.h"
 
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/quant_matmul.h"
@@ -313,7 +316,83 @@ void dot_rows_q6_K(const uint8_t* w, size_t row_bytes, int64_t rows, const uint8
   for_rows_and_tiles<Q6K::Tile>(rows, ntok, DotArgs{w, row_bytes, xq, xq_stride, K, out, ldo});
 }
 
+// Activation codes of 8 values: x * scale clamped to [-127, 127] (max/min take their second
+// operand when the first is NaN: NaN -> -127, as code_half_even), rounded half to even.
+inline __m256i codes8(__m256 x, __m256 scale) {
+  __m256 v = _mm256_mul_ps(x, scale);
+  v = _mm256_max_ps(v, _mm256_set1_ps(-127.0f));
+  v = _mm256_min_ps(v, _mm256_set1_ps(127.0f));
+  return _mm256_cvtps_epi32(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+// 32 int32 codes (4 vectors, element order) -> 32 int8 in element order.
+inline void store_codes32(__m256i c0, __m256i c1, __m256i c2, __m256i c3, int8_t* dst) {
+  const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(c0, c1), _mm256_packs_epi32(c2, c3));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+
+// max |x| over n (multiple of 8) values; NaN never wins (the accumulator is max_ps's second operand).
+inline float amax_of(const float* x, int n) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 m = _mm256_setzero_ps();
+  for (int i = 0; i < n; i += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)), m);
+  alignas(32) float l[8];
+  _mm256_store_ps(l, m);
+  float a = 0;
+  for (float v : l) a = v > a ? v : a;
+  return a;
+}
+
+void quantize_q8_0_avx2(const float* x, int64_t K, BlockQ8_0* y) {
+  for (int64_t b = 0; b < K / 32; ++b, x += 32) {
+    const float amax = amax_of(x, 32);
+    y[b].d = f32_to_f16(amax / 127.0f);
+    const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+    store_codes32(codes8(_mm256_loadu_ps(x), id), codes8(_mm256_loadu_ps(x + 8), id), codes8(_mm256_loadu_ps(x + 16), id),
+                  codes8(_mm256_loadu_ps(x + 24), id), y[b].qs);
+  }
+}
+
+void quantize_q8_K_avx2(const float* x, int64_t K, BlockQ8_K* y) {
+  for (int64_t b = 0; b < K / kQK_K; ++b, x += kQK_K) {
+    const float amax = amax_of(x, kQK_K);
+    if (!(amax > 0) || amax > 3.4028235e38f) {  // zeros, or inf: all codes 0 (quantize_row_q8_K)
+      std::memset(&y[b], 0, sizeof(BlockQ8_K));
+      continue;
+    }
+    int first = 0;  // the first element of largest magnitude sets the sign of the scale
+    while (std::fabs(x[first]) != amax) ++first;
+    const float iscale = -127.0f / x[first];
+    const __m256 s = _mm256_set1_ps(iscale);
+    for (int g = 0; g < 8; ++g) {
+      const float* xg = x + 32 * g;
+      const __m256i c0 = codes8(_mm256_loadu_ps(xg), s), c1 = codes8(_mm256_loadu_ps(xg + 8), s);
+      const __m256i c2 = codes8(_mm256_loadu_ps(xg + 16), s), c3 = codes8(_mm256_loadu_ps(xg + 24), s);
+      store_codes32(c0, c1, c2, c3, y[b].qs + 32 * g);
+      alignas(32) int32_t s01[8], s23[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(s01), _mm256_add_epi32(c0, c1));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(s23), _mm256_add_epi32(c2, c3));
+      int a = 0, c = 0;
+      for (int i = 0; i < 8; ++i) {
+        a += s01[i];
+        c += s23[i];
+      }
+      y[b].bsums[2 * g] = int16_t(a);
+      y[b].bsums[2 * g + 1] = int16_t(c);
+    }
+    y[b].d = 1.0f / iscale;
+  }
+}
+
 }  // namespace
+
+void quantize_activations_avx2(GgmlType wtype, const float* x, int64_t K, uint8_t* dst) {
+  if (activation_type(wtype) == GgmlType::kQ8_K) {
+    quantize_q8_K_avx2(x, K, reinterpret_cast<BlockQ8_K*>(dst));
+  } else {
+    quantize_q8_0_avx2(x, K, reinterpret_cast<BlockQ8_0*>(dst));
+  }
+}
 
 QuantDotRowsFn quant_dot_rows_avx2(GgmlType wtype) {
   switch (wtype) {
