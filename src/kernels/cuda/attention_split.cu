@@ -57,7 +57,7 @@ struct SplitCall {
   const float* q;
   float* out;
   float* part;  // partials [T·n_heads][n_splits][hd + 2] (split-partial mode)
-  int64_t pos0, page_tokens;
+  int pos0, page_tokens;  // positions < 2^30 (split_supports): 32-bit index math in the kernel
   int T, n_heads, n_kv, group;
   int k_type, v_type, k_row_bytes, v_row_bytes;
   int n_rowgroups, n_splits, splits_per_block, stages;
@@ -157,7 +157,6 @@ __device__ __forceinline__ void mma16816(float* d, const uint32_t* a, uint32_t b
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 // ---- Dequantization in registers ----
 // 0x6400 | b is the f16 1024 + b (b < 256), so integer bytes become exact f16 values with a
@@ -300,25 +299,27 @@ struct Block {
   const SplitCall* c;
   int g;                   // kv head
   int rows;                // query rows of this kv head (T·G)
-  int64_t key_end;         // keys the block's last row sees (exclusive)
+  int key_end;             // keys the block's last row sees (exclusive)
   uint8_t* smem;
   Layout L;
 };
 
 // Keys that row r (of this kv head) sees: [0, pos0 + t + 1); none for padding rows.
-__device__ __forceinline__ int64_t row_keys(const Block& b, int r) {
+__device__ __forceinline__ int row_keys(const Block& b, int r) {
   return r < b.rows ? b.c->pos0 + r / b.c->group + 1 : 0;
 }
 __device__ __forceinline__ int row_splits(const Block& b, int r) {
-  return int((row_keys(b, r) + kAttnSplitKeys - 1) / kAttnSplitKeys);
+  return (row_keys(b, r) + kAttnSplitKeys - 1) / kAttnSplitKeys;
 }
 
 // Issues the cp.async copies of tile `k0` (keys [k0, k0 + kTileKeys) of kv head g) into `slot`.
-__device__ void issue_tile(const Block& b, int hd, int64_t k0, int slot) {
+// 32-bit position math: a 64-bit division per tile and thread is a ~70-instruction emulation.
+__device__ void issue_tile(const Block& b, int hd, int k0, int slot) {
   const SplitCall& c = *b.c;
-  const int valid = int(min64(kTileKeys, b.key_end - k0));
-  const uint8_t* page = c.pages[k0 / c.page_tokens];
-  const size_t row0 = size_t(b.g) * size_t(c.page_tokens) + size_t(k0 % c.page_tokens);
+  const int valid = min(kTileKeys, b.key_end - k0);
+  const int pi = k0 / c.page_tokens;
+  const uint8_t* page = c.pages[pi];
+  const size_t row0 = size_t(b.g) * size_t(c.page_tokens) + size_t(k0 - pi * c.page_tokens);
   const uint8_t* ksrc = page + row0 * size_t(c.k_row_bytes);
   const uint8_t* vsrc = page + size_t(c.n_kv) * size_t(c.page_tokens) * size_t(c.k_row_bytes) + row0 * size_t(c.v_row_bytes);
   for (int which = 0; which < 2; ++which) {
@@ -414,12 +415,12 @@ __global__ void __launch_bounds__(32 * WARPS) split_kernel(const __grid_constant
   float* acc_tot = reinterpret_cast<float*>(smem + L.acc_tot);
 
   // The pipeline starts first, so the query staging below overlaps the first loads.
-  const int64_t kb = int64_t(s_begin) * kAttnSplitKeys;
-  const int64_t ke = min64(int64_t(s_end) * kAttnSplitKeys, b.key_end);
-  const int n_tiles = int((ke - kb + kTileKeys - 1) / kTileKeys);
+  const int kb = s_begin * kAttnSplitKeys;
+  const int ke = min(int(s_end * kAttnSplitKeys), b.key_end);
+  const int n_tiles = (ke - kb + kTileKeys - 1) / kTileKeys;
   const int stages = c.stages;
   for (int p = 0; p < stages - 1; ++p) {
-    if (p < n_tiles) issue_tile(b, HD, kb + int64_t(p) * kTileKeys, p % stages);
+    if (p < n_tiles) issue_tile(b, HD, kb + p * kTileKeys, p % stages);
     cp_async_commit();
   }
 
@@ -474,10 +475,18 @@ __global__ void __launch_bounds__(32 * WARPS) split_kernel(const __grid_constant
     }
   }
 
+  // Keys each of this warp's softmax rows sees (fixed for the block), and P / alpha of the padding
+  // rows zeroed once (they are never computed; zeros keep the MMA inputs defined).
+  int row_end[RB / WARPS];
+#pragma unroll
+  for (int rr = 0; rr < RB / WARPS; ++rr) row_end[rr] = row_keys(b, r_first + warp + rr * WARPS);
+  for (int i = tid; i < RB * PSTR; i += THREADS) p_hi[i] = p_lo[i] = 0;
+  for (int r = tid; r < RB; r += THREADS) alpha_s[r] = 0.0f;
+
   float o[MT][NT_W][4];
   for (int j = 0; j < n_tiles; ++j) {
-    const int64_t k0 = kb + int64_t(j) * kTileKeys;
-    const int s = int(k0 / kAttnSplitKeys);
+    const int k0 = kb + j * kTileKeys;
+    const int s = k0 / kAttnSplitKeys;
     if (k0 % kAttnSplitKeys == 0) {  // a split starts: fresh softmax state
       for (int r = tid; r < RB; r += THREADS) {
         m_run[r] = -INFINITY;
@@ -491,12 +500,12 @@ __global__ void __launch_bounds__(32 * WARPS) split_kernel(const __grid_constant
           for (int e = 0; e < 4; ++e) o[mt][nt][e] = 0.0f;
     }
     const int jn = j + stages - 1;
-    if (jn < n_tiles) issue_tile(b, HD, kb + int64_t(jn) * kTileKeys, jn % stages);
+    if (jn < n_tiles) issue_tile(b, HD, kb + jn * kTileKeys, jn % stages);
     cp_async_commit();
     cp_async_wait(stages - 1);
     __syncthreads();
     const int slot = j % stages;
-    const int valid = int(min64(kTileKeys, b.key_end - k0));
+    const int valid = min(kTileKeys, b.key_end - k0);
     uint16_t* kf = reinterpret_cast<uint16_t*>(smem + L.k_f);
     uint16_t* vf = reinterpret_cast<uint16_t*>(smem + L.v_f);
     const uint8_t* kraw = smem + L.k_raw + slot * L.raw_k_tile;
@@ -577,6 +586,10 @@ __global__ void __launch_bounds__(32 * WARPS) split_kernel(const __grid_constant
 #pragma unroll
     for (int rr = 0; rr < RB / WARPS; ++rr) {
       const int r = warp + rr * WARPS;
+      // Padding rows (past the call's rows; half of a decode block of GQA 8) are skipped: their
+      // P, alpha and output only ever meet themselves (rows of an MMA are independent) and are
+      // never written out. Warp-uniform.
+      if (r_first + r >= b.rows) continue;
       // The warps' partial dots, added in a fixed pairwise tree.
       float part[WARPS];
 #pragma unroll
@@ -587,7 +600,7 @@ __global__ void __launch_bounds__(32 * WARPS) split_kernel(const __grid_constant
         for (int w = 0; w + step < WARPS; w += 2 * step) part[w] += part[w + step];
       const float dot = part[0];
       float sc = __fmul_rn(dot, c.scale);
-      if (k0 + lane >= row_keys(b, r_first + r)) sc = -INFINITY;
+      if (k0 + lane >= row_end[rr]) sc = -INFINITY;
       float mx = sc;
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
@@ -942,7 +955,7 @@ bool split_supports(const AttentionCall& call) {
   const int kt = kv_type_of(kv.k_type), vt = kv_type_of(kv.v_type);
   const bool types = (kt == kKvF16 || is_quant(kt)) && (vt == kKvF16 || is_quant(vt));
   const bool hd = kv.head_dim == 64 || kv.head_dim == 128 || kv.head_dim == 256;
-  return types && hd && kv.page_tokens % kTileKeys == 0 && call.args.n_heads / kv.n_kv_heads <= 64 &&
+  return types && hd && kv.page_tokens % kTileKeys == 0 && kv.page_tokens <= int64_t(1) << 30 && call.args.n_heads / kv.n_kv_heads <= 64 &&
          call.args.pos0 + call.args.T <= int64_t(1) << 30 && call.args.T * call.args.n_heads <= int64_t(1) << 24;
 }
 
@@ -981,8 +994,8 @@ void attention_split(const AttentionCall* calls, const size_t* offsets, int64_t 
       sc.q = call.args.q;
       sc.out = call.args.out;
       sc.part = reinterpret_cast<float*>(workspace + offsets[i]);
-      sc.pos0 = call.args.pos0;
-      sc.page_tokens = kv.page_tokens;
+      sc.pos0 = int(call.args.pos0);
+      sc.page_tokens = int(kv.page_tokens);
       sc.T = int(call.args.T);
       sc.n_heads = int(call.args.n_heads);
       sc.n_kv = int(kv.n_kv_heads);
