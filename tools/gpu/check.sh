@@ -5,15 +5,15 @@
 #
 #   bash tools/gpu/check.sh [--tests-only] [--bench-args "..."]
 #
-# Environment: WEFT_DEPS_DIR (default ../.devdeps: nlohmann, CLI11, googletest sources, for a
-# machine without the Debian packages), BUILD (default build-gpu), OUT (logs; default gpu-out),
+# Environment: WEFT_DEPS_DIR (default ./.devdeps, else ../.devdeps: nlohmann, CLI11, googletest
+# sources for a machine without the Debian packages; made by tools/gpu/make-deps.sh), BUILD (default build-gpu), OUT (logs; default gpu-out),
 # JOBS (default: all cores). Logs of every step land in $OUT; the table goes to stdout and
 # $OUT/summary.md.
 set -u
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 BUILD=${BUILD:-build-gpu}
-DEPS=${WEFT_DEPS_DIR:-$ROOT/../.devdeps}
+if [ -d "$ROOT/.devdeps" ]; then DEPS=${WEFT_DEPS_DIR:-$ROOT/.devdeps}; else DEPS=${WEFT_DEPS_DIR:-$ROOT/../.devdeps}; fi
 OUT=${OUT:-$ROOT/gpu-out}
 JOBS=${JOBS:-$(nproc)}
 TESTS_ONLY=0
