@@ -2,7 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <utility>
+#include <vector>
 
 namespace weft {
 
@@ -10,6 +10,8 @@ const CpuFeatures& cpu_features() {
   static const CpuFeatures features = [] {
     CpuFeatures f;
 #if defined(__x86_64__) || defined(__i386__)
+    // __builtin_cpu_supports also checks that the OS saves the wider registers (XCR0), so a
+    // feature reported here can be used.
     __builtin_cpu_init();
     f.avx2 = __builtin_cpu_supports("avx2");
     f.fma = __builtin_cpu_supports("fma");
@@ -21,6 +23,8 @@ const CpuFeatures& cpu_features() {
 #endif
     f.avx512f = __builtin_cpu_supports("avx512f");
     f.avx512bw = __builtin_cpu_supports("avx512bw");
+    f.avx512vl = __builtin_cpu_supports("avx512vl");
+    f.avx512dq = __builtin_cpu_supports("avx512dq");
     f.avx512_vnni = __builtin_cpu_supports("avx512vnni");
     f.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
 #if defined(__GNUC__)
@@ -34,23 +38,79 @@ const CpuFeatures& cpu_features() {
   return features;
 }
 
-bool use_avx2() {
-  static const bool use = [] {
-    const char* force = std::getenv("WEFT_FORCE_SCALAR");
-    if (force && std::strcmp(force, "0") != 0 && force[0] != '\0') return false;
-    return cpu_features().has_avx2_fma_f16c();
-  }();
-  return use;
+namespace {
+
+// Whether any kernel has an AVX-512 (F/BW/VL/DQ) or VNNI path yet: kernel_path_description must
+// not claim an extension no kernel uses. Set by the change that adds the first such kernel.
+constexpr bool kAvx512KernelsExist = false;
+constexpr bool kVnniKernelsExist = false;
+
+SimdLevel best_supported() {
+  const CpuFeatures& f = cpu_features();
+  if (f.has_avx512_core()) return SimdLevel::kAvx512;
+  if (f.has_avx2_fma_f16c()) return SimdLevel::kAvx2;
+  return SimdLevel::kScalar;
 }
+
+// The cap the environment sets, or kAvx512 (no cap).
+SimdLevel environment_cap() {
+  const char* force = std::getenv("WEFT_FORCE_SCALAR");
+  if (force && force[0] != '\0' && std::strcmp(force, "0") != 0) return SimdLevel::kScalar;
+  const char* simd = std::getenv("WEFT_SIMD");
+  if (simd == nullptr || simd[0] == '\0') return SimdLevel::kAvx512;
+  if (std::strcmp(simd, "scalar") == 0) return SimdLevel::kScalar;
+  if (std::strcmp(simd, "avx2") == 0) return SimdLevel::kAvx2;
+  return SimdLevel::kAvx512;  // "avx512" or anything unknown: no cap
+}
+
+}  // namespace
+
+SimdLevel simd_level() {
+  static const SimdLevel level = [] {
+    const SimdLevel best = best_supported(), cap = environment_cap();
+    return static_cast<int>(cap) < static_cast<int>(best) ? cap : best;
+  }();
+  return level;
+}
+
+const char* simd_level_name(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kAvx512: return "avx512";
+    case SimdLevel::kAvx2: return "avx2";
+    case SimdLevel::kScalar: break;
+  }
+  return "scalar";
+}
+
+bool use_avx2() { return simd_level() >= SimdLevel::kAvx2; }
+bool use_avx512() { return simd_level() >= SimdLevel::kAvx512; }
+bool use_avx512_vnni() { return use_avx512() && cpu_features().avx512_vnni; }
+bool use_avx512_bf16() { return use_avx512() && cpu_features().avx512_bf16; }
 
 std::string kernel_path_description() {
   const CpuFeatures& f = cpu_features();
-  std::string s = use_avx2() ? "avx2" : "scalar";
-  std::string extra;
-  for (auto [has, name] : {std::pair{f.avx512f, "avx512f"}, {f.avx512bw, "avx512bw"}, {f.avx512_vnni, "avx512_vnni"},
-                           {f.avx512_bf16, "avx512_bf16"}, {f.amx_tile, "amx_tile"}})
-    if (has) extra += std::string(extra.empty() ? "" : " ") + name;
-  if (!extra.empty()) s += " (cpu also has " + extra + ", not used yet)";
+  const SimdLevel level = simd_level();
+  std::string s = simd_level_name(level);
+  // Extensions the kernels of this level use, and the ones the CPU has beyond them.
+  std::vector<const char*> used, unused;
+  auto classify = [&](bool has, bool in_use, const char* name) {
+    if (has) (in_use ? used : unused).push_back(name);
+  };
+  classify(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq, kAvx512KernelsExist && level >= SimdLevel::kAvx512, "avx512f/bw/vl/dq");
+  classify(f.avx512_vnni, kVnniKernelsExist && use_avx512_vnni(), "avx512_vnni");
+  classify(f.avx512_bf16, false, "avx512_bf16");  // no kernel uses bf16 dot products (see matmul.h)
+  classify(f.amx_tile, false, "amx_tile");
+  auto join = [](const std::vector<const char*>& v) {
+    std::string out;
+    for (const char* name : v) out += std::string(out.empty() ? "" : " ") + name;
+    return out;
+  };
+  if (!used.empty()) s += " [" + join(used) + "]";
+  if (!unused.empty()) {
+    s += " (cpu also has " + join(unused) + ", not used";
+    if (level < best_supported()) s += std::string("; capped by WEFT_SIMD / WEFT_FORCE_SCALAR");
+    s += ")";
+  }
   return s;
 }
 
