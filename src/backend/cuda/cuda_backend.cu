@@ -30,6 +30,7 @@
 #include "cache/kv_cache.h"
 #include "core/thread_pool.h"
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/bandwidth.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gdn.cuh"
 #include "kernels/cuda/matmul.cuh"
@@ -172,6 +173,9 @@ class CudaBackend final : public Backend {
     return static_cast<float*>(buffers_[size_t(role)].reserve(size_t(std::max<int64_t>(n, 1)) * sizeof(float)));
   }
   PageAllocator& allocator() override { return allocator_; }
+  std::optional<DeviceBandwidth> device_bandwidth(size_t bytes, int trials) override {
+    return cuda::measure_device_bandwidth(bytes, trials, stream_);
+  }
   void copy_to_host(float* dst, const float* src, int64_t n) override {
     WEFT_OP("copy_to_host");
     WEFT_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(n) * sizeof(float), cudaMemcpyDeviceToHost, stream_));
