@@ -70,6 +70,19 @@ const bool kNoDirect = [] {
   return false;
 }();
 
+// WEFT_CUDA_ATTN_DIMPAR=1: every tiled call on the dim-parallel split kernel (attention_split.cu)
+// instead of the key-parallel one (attention_keys.cu); both must pass everything.
+const bool kDimParallel = [] {
+  const char* e = std::getenv("WEFT_CUDA_ATTN_DIMPAR");
+  if (e && *e == '1') {
+    cuda::detail::SplitTuning t = cuda::detail::split_tuning();
+    t.keys_quant = t.keys_f16 = false;
+    cuda::detail::set_split_tuning(t);
+    return true;
+  }
+  return false;
+}();
+
 uint64_t test_seed() {
   static const uint64_t seed = [] {
     const char* e = std::getenv("WEFT_TEST_SEED");
@@ -413,6 +426,46 @@ TEST(AttentionCuda, DeterministicAndBatchInvariant) {
   const auto reshaped = gpu_attention(*D, qd, 1, 40000, 16);
   cuda::detail::set_split_tuning(saved);
   EXPECT_EQ(std::memcmp(base.data(), reshaped.data(), base.size() * 4), 0) << "deep call: launch shape";
+}
+
+// The key-parallel kernel's own seams: 16-key warp sub-tiles and 64-key tiles cut by odd lengths
+// and 32-token pages, GQA groups that leave padding rows (1, 3, 12) or fill two n-tiles (16),
+// verify calls of several row groups; and both tiled kernels on the same calls, each within the
+// bounds (they are different kernels: their bits differ, their accuracy must not).
+TEST(AttentionCuda, KeyParallelSeams) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(test_seed() + 7);
+  const cuda::detail::SplitTuning saved = cuda::detail::split_tuning();
+  for (bool keys : {true, false}) {
+    cuda::detail::SplitTuning t = saved;
+    t.keys_quant = t.keys_f16 = keys;
+    cuda::detail::set_split_tuning(t);
+    for (DType ty : kTypes) {
+      for (int64_t ctx : {15, 16, 17, 63, 65, 1025}) check_case({ctx, 64, 2, 3, 32, ty, ty}, 1, rng);
+      check_case({300, 128, 1, 1, 32, ty, ty}, 1, rng);
+      check_case({301, 128, 1, 12, 96, ty, ty}, 1, rng);
+      check_case({302, 256, 2, 16, 32, ty, ty}, 1, rng);
+      check_case({303, 128, 2, 12, 64, ty, ty}, 3, rng);   // 36 rows: three row groups
+      check_case({520, 64, 1, 16, 32, ty, ty}, 4, rng);    // 64 rows
+      check_case({520, 64, 1, 16, 32, ty, ty}, 5, rng);    // 80 rows: the in-block fold
+    }
+  }
+  cuda::detail::set_split_tuning(saved);
+  // Verify rows of GQA 16 (two n-tiles, several row groups) and prefill rows equal decode bits.
+  for (DType ty : kTypes) {
+    auto L = make_layer(1111, 1, 128, ty, ty, 64, rng);
+    for (int64_t T : {4, 9}) {
+      const int64_t n_heads = 16, pos0 = 1111 - T, row = n_heads * 128;
+      const auto q = random_q(T, n_heads, 128, rng);
+      const auto multi = gpu_attention(*L, q, T, pos0, n_heads);
+      for (int64_t i = 0; i < T; ++i) {
+        const std::vector<float> qi(q.begin() + i * row, q.begin() + (i + 1) * row);
+        const auto one = gpu_attention(*L, qi, 1, pos0 + i, n_heads);
+        EXPECT_EQ(std::memcmp(one.data(), multi.data() + i * row, size_t(row) * 4), 0)
+            << type_name(ty) << " T " << T << ": row " << i << " differs from decode";
+      }
+    }
+  }
 }
 
 TEST(AttentionCuda, BadCallsThrow) {

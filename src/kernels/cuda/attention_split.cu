@@ -1022,7 +1022,11 @@ void attention_split(const AttentionCall* calls, const size_t* offsets, int64_t 
     flush();
   }
 
-  // Fold the partials of the decode / verify calls.
+  merge_partials(calls, offsets, merge_calls.data(), int64_t(merge_calls.size()), workspace, stream);
+}
+
+void merge_partials(const AttentionCall* calls, const size_t* offsets, const int64_t* which, int64_t n_which,
+                    uint8_t* workspace, cudaStream_t stream) {
   MergeLaunch m{};
   int blocks = 0;
   auto flush_merge = [&]() {
@@ -1032,7 +1036,8 @@ void attention_split(const AttentionCall* calls, const size_t* offsets, int64_t 
     m = MergeLaunch{};
     blocks = 0;
   };
-  for (int64_t i : merge_calls) {
+  for (int64_t k = 0; k < n_which; ++k) {
+    const int64_t i = which[k];
     const AttentionCall& call = calls[i];
     MergeCall& mc = m.calls[m.n_calls++];
     mc.part = reinterpret_cast<const float*>(workspace + offsets[i]);
