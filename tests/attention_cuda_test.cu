@@ -70,17 +70,16 @@ const bool kNoDirect = [] {
   return false;
 }();
 
-// WEFT_CUDA_ATTN_DIMPAR=1: every tiled call on the dim-parallel split kernel (attention_split.cu)
-// instead of the key-parallel one (attention_keys.cu); both must pass everything.
-const bool kDimParallel = [] {
-  const char* e = std::getenv("WEFT_CUDA_ATTN_DIMPAR");
-  if (e && *e == '1') {
-    cuda::detail::SplitTuning t = cuda::detail::split_tuning();
-    t.keys_quant = t.keys_f16 = false;
-    cuda::detail::set_split_tuning(t);
-    return true;
-  }
-  return false;
+// WEFT_CUDA_ATTN_KERNEL=dim / keys: every tiled call on the dim-parallel split kernel
+// (attention_split.cu) or on the key-parallel one (attention_keys.cu) instead of the default by KV
+// type (f16: dim-parallel, quantized: key-parallel); all three settings must pass everything.
+const bool kKernelForced = [] {
+  const char* e = std::getenv("WEFT_CUDA_ATTN_KERNEL");
+  if (!e || !*e) return false;
+  cuda::detail::SplitTuning t = cuda::detail::split_tuning();
+  t.keys_quant = t.keys_f16 = std::string(e) == "keys";
+  cuda::detail::set_split_tuning(t);
+  return true;
 }();
 
 uint64_t test_seed() {
@@ -408,7 +407,9 @@ TEST(AttentionCuda, DeterministicAndBatchInvariant) {
     cuda::detail::SplitTuning other = saved;
     other.max_stages = 2;
     other.blocks_per_sm = 1;
+    other.keys_blocks_per_sm = 1;
     other.smem_target = 220 * 1024;
+    other.keys_smem_target = 220 * 1024;
     cuda::detail::set_split_tuning(other);
     const auto reshaped = gpu_attention(*A, qa, 1, 3000, 16);
     cuda::detail::set_split_tuning(saved);
@@ -421,6 +422,7 @@ TEST(AttentionCuda, DeterministicAndBatchInvariant) {
   const cuda::detail::SplitTuning saved = cuda::detail::split_tuning();
   cuda::detail::SplitTuning other = saved;
   other.blocks_per_sm = 1;
+  other.keys_blocks_per_sm = 1;
   other.max_stages = 3;
   cuda::detail::set_split_tuning(other);
   const auto reshaped = gpu_attention(*D, qd, 1, 40000, 16);

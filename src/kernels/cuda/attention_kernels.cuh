@@ -56,8 +56,15 @@ struct SplitTuning {
   // for benchmarks and tests): the key-parallel kernel (attention_keys.cu) for calls with a
   // quantized K or V (keys_quant) and for f16 K and V (keys_f16); otherwise the dim-parallel
   // split kernel. max_stages, smem_target and blocks_per_sm apply to both.
+  // The f16 default is the dim-parallel kernel (faster for f16 rows, measured side by side in
+  // docs/results.md section 9), frozen as the strict f16 decode kernel.
   bool keys_quant = true;
-  bool keys_f16 = true;
+  bool keys_f16 = false;
+  // Key-parallel kernel: ring depth within keys_smem_target (75 KiB: three blocks per SM, the
+  // most its 168 registers allow), runs of splits for keys_blocks_per_sm blocks per SM (at most
+  // as many as fit).
+  size_t keys_smem_target = 75 * 1024;
+  int keys_blocks_per_sm = 4;
 };
 void set_split_tuning(const SplitTuning& t);
 SplitTuning split_tuning();

@@ -79,13 +79,14 @@ __host__ __device__ inline bool is_quant(int t) { return t == kKvQ8 || t == kKvQ
 // K then the V bytes of 16 keys (f16: rows padded to hd + 8 halves for ldmatrix; quantized: the
 // raw rows, contiguous).
 struct Layout {
-  size_t q_hi, q_lo, stat, slots, acc_grp, acc_tot, rowst, ring;
+  size_t q_hi, q_lo, stat, acc_grp, acc_tot, rowst, ring;
   size_t k_sub, v_sub, stage, ring_warp, total;
+  int fold_rounds;  // head_dim chunks of the end-of-split fold (each fits one ring slot)
 };
 
 __host__ __device__ inline Layout make_layout(int hd, int nt, bool fold, int kt, int vt, int k_rb, int v_rb,
                                               int stages) {
-  const size_t rows = size_t(8 * nt), qstr = size_t(hd + 8), ostr = size_t(hd + 4);
+  const size_t rows = size_t(8 * nt), qstr = size_t(hd + 8);
   Layout L{};
   size_t o = 0;
   auto take = [&](size_t bytes) {
@@ -96,13 +97,19 @@ __host__ __device__ inline Layout make_layout(int hd, int nt, bool fold, int kt,
   L.q_hi = take(rows * qstr * 2);
   L.q_lo = take(kt == kKvF16 ? rows * qstr * 2 : 0);
   L.stat = take(2 * kWarps * rows * 2 * 4);           // [parity][warp][row] m, l
-  L.slots = take(kWarps * rows * ostr * 4);           // [warp][row][hd + 4] scaled O
   L.acc_grp = take(fold ? rows * size_t(hd) * 4 : 0);
   L.acc_tot = take(fold ? rows * size_t(hd) * 4 : 0);
   L.rowst = take(fold ? 4 * rows * 4 : 0);            // m_grp, l_grp, m_tot, l_tot
   L.k_sub = align16(kt == kKvF16 ? size_t(kWarpKeys) * qstr * 2 : size_t(kWarpKeys) * size_t(k_rb));
   L.v_sub = align16(vt == kKvF16 ? size_t(kWarpKeys) * qstr * 2 : size_t(kWarpKeys) * size_t(v_rb));
+  // The end-of-split fold passes each warp's scaled O ([row][chunk + 4] floats) through the ring
+  // slot the warp has just consumed: head_dim in 1, 2, 4.. chunks of >= 32 dims, the slot padded
+  // where even a 32-dim chunk does not fit (small rows).
   L.stage = L.k_sub + L.v_sub;
+  L.fold_rounds = 1;
+  auto chunk_bytes = [&](int rounds) { return rows * size_t(hd / rounds + 4) * 4; };
+  while (chunk_bytes(L.fold_rounds) > L.stage && hd / (2 * L.fold_rounds) >= 32) L.fold_rounds *= 2;
+  if (align16(chunk_bytes(L.fold_rounds)) > L.stage) L.stage = align16(chunk_bytes(L.fold_rounds));
   L.ring_warp = size_t(stages) * L.stage;
   L.ring = take(kWarps * L.ring_warp);
   L.total = o;
@@ -341,9 +348,9 @@ __device__ __forceinline__ int find_call(const KeysLaunch& l, int bid) {
 }
 
 template <int HD, int NT, bool FOLD>
-__global__ void __launch_bounds__(kThreads) keys_kernel(const __grid_constant__ KeysLaunch launch) {
+__global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 1) keys_kernel(const __grid_constant__ KeysLaunch launch) {
   extern __shared__ __align__(16) uint8_t smem[];
-  constexpr int R = 8 * NT, MT = HD / 16, QSTR = HD + 8, OSTR = HD + 4, NPB = HD / 64;
+  constexpr int R = 8 * NT, MT = HD / 16, QSTR = HD + 8, NPB = HD / 64;
   const int bid = int(blockIdx.x);
   const KeysCall& c = launch.calls[find_call(launch, bid)];
   const int local = bid - c.block_begin;
@@ -371,7 +378,6 @@ __global__ void __launch_bounds__(kThreads) keys_kernel(const __grid_constant__ 
   uint16_t* q_hi = reinterpret_cast<uint16_t*>(smem + L.q_hi);
   uint16_t* q_lo = reinterpret_cast<uint16_t*>(smem + L.q_lo);
   float* stat = reinterpret_cast<float*>(smem + L.stat);
-  float* slots = reinterpret_cast<float*>(smem + L.slots);
   float* acc_grp = reinterpret_cast<float*>(smem + L.acc_grp);
   float* acc_tot = reinterpret_cast<float*>(smem + L.acc_tot);
   float* m_grp = reinterpret_cast<float*>(smem + L.rowst);
@@ -592,8 +598,8 @@ __global__ void __launch_bounds__(kThreads) keys_kernel(const __grid_constant__ 
         }
       }
     __syncthreads();
-    // Scaled O of this warp into its slot, [row][dim].
-    float* slot = slots + size_t(warp) * R * OSTR;
+    // This lane's scale per row: exp(m_warp - m_split) (0 for a warp that saw no key of the row).
+    float sc[NT][2];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -602,107 +608,116 @@ __global__ void __launch_bounds__(kThreads) keys_kernel(const __grid_constant__ 
         float m = st[r * 2];
 #pragma unroll
         for (int w = 1; w < kWarps; ++w) m = fmaxf(m, st[(w * R + r) * 2]);
-        const float sc = m_run[nt][col] == -INFINITY ? 0.0f : expf(m_run[nt][col] - m);
+        sc[nt][col] = m_run[nt][col] == -INFINITY ? 0.0f : expf(m_run[nt][col] - m);
+      }
+    // The scaled O of the warps meet in the ring slot each warp has just consumed (free until the
+    // next tile's copies), [row][chunk dim], head_dim in L.fold_rounds chunks that fit a slot.
+    const int CH = HD / L.fold_rounds, CSTR = CH + 4;
+    const size_t slot_at = L.ring + size_t(j % stages) * L.stage;
+    for (int round = 0; round < L.fold_rounds; ++round) {
+      const int c0 = round * CH;
+      float* slot = reinterpret_cast<float*>(smem + slot_at + size_t(warp) * L.ring_warp);
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          slot[r * OSTR + v_dim(vt, mt, gid)] = __fmul_rn(o[mt][nt][col], sc);
-          slot[r * OSTR + v_dim(vt, mt, gid + 8)] = __fmul_rn(o[mt][nt][2 + col], sc);
+      for (int mt = 0; mt < MT; ++mt) {
+        if (mt * 16 < c0 || mt * 16 >= c0 + CH) continue;  // an m-tile's dims lie in one 32-dim block
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int col = 0; col < 2; ++col) {
+            const int r = nt * 8 + 2 * tig + col;
+            slot[r * CSTR + v_dim(vt, mt, gid) - c0] = __fmul_rn(o[mt][nt][col], sc[nt][col]);
+            slot[r * CSTR + v_dim(vt, mt, gid + 8) - c0] = __fmul_rn(o[mt][nt][2 + col], sc[nt][col]);
+          }
+      }
+      __syncthreads();
+      // The split's O of every row in this chunk: warps added 0, 1, 2, 3 left to right.
+      auto slot_of = [&](int w) { return reinterpret_cast<const float*>(smem + slot_at + size_t(w) * L.ring_warp); };
+      if (!FOLD) {
+        const int C4 = CH / 4;
+        for (int i = tid; i < R * C4; i += kThreads) {
+          const int r = i / C4, dc = (i % C4) * 4, row = r_first + r;
+          if (row >= rows || s >= (row_keys(c, rows, row) + kAttnSplitKeys - 1) / kAttnSplitKeys) continue;
+          float4 x = *reinterpret_cast<const float4*>(slot_of(0) + r * CSTR + dc);
+#pragma unroll
+          for (int w = 1; w < kWarps; ++w) {
+            const float4 y = *reinterpret_cast<const float4*>(slot_of(w) + r * CSTR + dc);
+            x.x = __fadd_rn(x.x, y.x);
+            x.y = __fadd_rn(x.y, y.y);
+            x.z = __fadd_rn(x.z, y.z);
+            x.w = __fadd_rn(x.w, y.w);
+          }
+          const int t = row / c.group, h = g * c.group + row % c.group;
+          float* dst = c.part + ((int64_t(t) * c.n_heads + h) * c.n_splits + s) * (HD + 2) + c0 + dc;
+          *reinterpret_cast<float2*>(dst) = make_float2(x.x, x.y);  // rows of hd + 2 floats: 8-byte aligned
+          *reinterpret_cast<float2*>(dst + 2) = make_float2(x.z, x.w);
+        }
+      } else {
+        // The merge kernel's tree: split -> group (kFoldGroup splits, left to right) -> total.
+        for (int i = tid; i < R * CH; i += kThreads) {
+          const int r = i / CH, d = c0 + i % CH, row = r_first + r;
+          const int ns = (row_keys(c, rows, row) + kAttnSplitKeys - 1) / kAttnSplitKeys;
+          if (row >= rows || s >= ns) continue;
+          float x = slot_of(0)[r * CSTR + d - c0];
+#pragma unroll
+          for (int w = 1; w < kWarps; ++w) x = __fadd_rn(x, slot_of(w)[r * CSTR + d - c0]);
+          float m = st[r * 2];
+          for (int w = 1; w < kWarps; ++w) m = fmaxf(m, st[(w * R + r) * 2]);
+          const bool grp_first = s % kFoldGroup == 0, grp_done = s % kFoldGroup == kFoldGroup - 1 || s == ns - 1;
+          float ga = 0, gb = 0, mg = m;
+          if (!grp_first) fold_scales(m_grp[r], m, &mg, &ga, &gb);
+          const int e = r * HD + d;
+          const float gv = grp_first ? x : fold_value(acc_grp[e], ga, x, gb);
+          acc_grp[e] = gv;
+          if (grp_done) {
+            if (s < kFoldGroup) {
+              acc_tot[e] = gv;
+            } else {
+              float mt_, ta, tb;
+              fold_scales(m_tot[r], mg, &mt_, &ta, &tb);
+              acc_tot[e] = fold_value(acc_tot[e], ta, gv, tb);
+            }
+          }
         }
       }
-    __syncthreads();
-    // The split's (m, l, O) of every row: warps added 0, 1, 2, 3 left to right.
-    constexpr int V4 = R * HD / 4;
-    if (!FOLD) {
-      for (int i = tid; i < V4; i += kThreads) {
-        const int r = (4 * i) / HD, d = (4 * i) % HD, row = r_first + r;
-        if (row >= rows || s >= (row_keys(c, rows, row) + kAttnSplitKeys - 1) / kAttnSplitKeys) continue;
-        float4 x = *reinterpret_cast<const float4*>(slots + r * OSTR + d);
-#pragma unroll
-        for (int w = 1; w < kWarps; ++w) {
-          const float4 y = *reinterpret_cast<const float4*>(slots + (size_t(w) * R + r) * OSTR + d);
-          x.x = __fadd_rn(x.x, y.x);
-          x.y = __fadd_rn(x.y, y.y);
-          x.z = __fadd_rn(x.z, y.z);
-          x.w = __fadd_rn(x.w, y.w);
-        }
-        const int t = row / c.group, h = g * c.group + row % c.group;
-        float* dst = c.part + ((int64_t(t) * c.n_heads + h) * c.n_splits + s) * (HD + 2);
-        *reinterpret_cast<float2*>(dst + d) = make_float2(x.x, x.y);  // rows of hd + 2 floats: 8-byte aligned
-        *reinterpret_cast<float2*>(dst + d + 2) = make_float2(x.z, x.w);
+      __syncthreads();  // the slots are read (and the old row states) before they are reused
+    }
+    // The split's m and l per row (l: the warps' l scaled and added in the same order as O).
+    for (int r = tid; r < R; r += kThreads) {
+      const int row = r_first + r;
+      const int ns = (row_keys(c, rows, row) + kAttnSplitKeys - 1) / kAttnSplitKeys;
+      if (row >= rows || s >= ns) continue;
+      float m = st[r * 2];
+      for (int w = 1; w < kWarps; ++w) m = fmaxf(m, st[(w * R + r) * 2]);
+      float l = 0.0f;
+      for (int w = 0; w < kWarps; ++w) {
+        const float mw = st[(w * R + r) * 2];
+        const float lw = __fmul_rn(st[(w * R + r) * 2 + 1], mw == -INFINITY ? 0.0f : expf(mw - m));
+        l = w == 0 ? lw : __fadd_rn(l, lw);
       }
-      for (int r = tid; r < R; r += kThreads) {
-        const int row = r_first + r;
-        if (row >= rows || s >= (row_keys(c, rows, row) + kAttnSplitKeys - 1) / kAttnSplitKeys) continue;
-        float m = st[r * 2];
-        for (int w = 1; w < kWarps; ++w) m = fmaxf(m, st[(w * R + r) * 2]);
-        float l = 0.0f;
-        for (int w = 0; w < kWarps; ++w) {
-          const float mw = st[(w * R + r) * 2];
-          const float lw = __fmul_rn(st[(w * R + r) * 2 + 1], mw == -INFINITY ? 0.0f : expf(mw - m));
-          l = w == 0 ? lw : __fadd_rn(l, lw);
-        }
+      if (!FOLD) {
         const int t = row / c.group, h = g * c.group + row % c.group;
         float* dst = c.part + ((int64_t(t) * c.n_heads + h) * c.n_splits + s) * (HD + 2);
         dst[HD] = m;
         dst[HD + 1] = l;
+        continue;
       }
-    } else {
-      // The merge kernel's tree: split -> group (kFoldGroup splits, left to right) -> total.
-      for (int i = tid; i < R * HD; i += kThreads) {
-        const int r = i / HD, d = i % HD, row = r_first + r;
-        const int ns = (row_keys(c, rows, row) + kAttnSplitKeys - 1) / kAttnSplitKeys;
-        if (row >= rows || s >= ns) continue;
-        float x = slots[r * OSTR + d];
-#pragma unroll
-        for (int w = 1; w < kWarps; ++w) x = __fadd_rn(x, slots[(size_t(w) * R + r) * OSTR + d]);
-        float m = st[r * 2];
-        for (int w = 1; w < kWarps; ++w) m = fmaxf(m, st[(w * R + r) * 2]);
-        const bool grp_first = s % kFoldGroup == 0, grp_done = s % kFoldGroup == kFoldGroup - 1 || s == ns - 1;
-        float ga = 0, gb = 0, mg = m;
-        if (!grp_first) fold_scales(m_grp[r], m, &mg, &ga, &gb);
-        const float gv = grp_first ? x : fold_value(acc_grp[i], ga, x, gb);
-        acc_grp[i] = gv;
-        if (grp_done) {
-          if (s < kFoldGroup) {
-            acc_tot[i] = gv;
-          } else {
-            float mt_, ta, tb;
-            fold_scales(m_tot[r], mg, &mt_, &ta, &tb);
-            acc_tot[i] = fold_value(acc_tot[i], ta, gv, tb);
-          }
-        }
+      const bool grp_first = s % kFoldGroup == 0, grp_done = s % kFoldGroup == kFoldGroup - 1 || s == ns - 1;
+      float ga = 0, gb = 0, mg = m, lg = l;
+      if (!grp_first) {
+        fold_scales(m_grp[r], m, &mg, &ga, &gb);
+        lg = fold_value(l_grp[r], ga, l, gb);
       }
-      __syncthreads();  // every thread has read the old row states
-      for (int r = tid; r < R; r += kThreads) {
-        const int row = r_first + r;
-        const int ns = (row_keys(c, rows, row) + kAttnSplitKeys - 1) / kAttnSplitKeys;
-        if (row >= rows || s >= ns) continue;
-        float m = st[r * 2];
-        for (int w = 1; w < kWarps; ++w) m = fmaxf(m, st[(w * R + r) * 2]);
-        float l = 0.0f;
-        for (int w = 0; w < kWarps; ++w) {
-          const float mw = st[(w * R + r) * 2];
-          const float lw = __fmul_rn(st[(w * R + r) * 2 + 1], mw == -INFINITY ? 0.0f : expf(mw - m));
-          l = w == 0 ? lw : __fadd_rn(l, lw);
-        }
-        const bool grp_first = s % kFoldGroup == 0, grp_done = s % kFoldGroup == kFoldGroup - 1 || s == ns - 1;
-        float ga = 0, gb = 0, mg = m, lg = l;
-        if (!grp_first) {
-          fold_scales(m_grp[r], m, &mg, &ga, &gb);
-          lg = fold_value(l_grp[r], ga, l, gb);
-        }
-        m_grp[r] = mg;
-        l_grp[r] = lg;
-        if (grp_done) {
-          if (s < kFoldGroup) {
-            m_tot[r] = mg;
-            l_tot[r] = lg;
-          } else {
-            float mt_, ta, tb;
-            fold_scales(m_tot[r], mg, &mt_, &ta, &tb);
-            l_tot[r] = fold_value(l_tot[r], ta, lg, tb);
-            m_tot[r] = mt_;
-          }
+      m_grp[r] = mg;
+      l_grp[r] = lg;
+      if (grp_done) {
+        if (s < kFoldGroup) {
+          m_tot[r] = mg;
+          l_tot[r] = lg;
+        } else {
+          float mt_, ta, tb;
+          fold_scales(m_tot[r], mg, &mt_, &ta, &tb);
+          l_tot[r] = fold_value(l_tot[r], ta, lg, tb);
+          m_tot[r] = mt_;
         }
       }
     }
@@ -745,11 +760,11 @@ size_t layout_bytes(const AttentionCall& call, const Config& cfg, int stages) {
 }
 
 // Ring depth: as deep as the shared-memory target allows (2..max_stages); at least 2 whatever
-// the target (f16 rows need ~170 KiB: one block per SM).
+// the target (q8_0: 2 stages, 73 KiB; q4_0: 3, 60 KiB; f16 K and V: 2, ~145 KiB, one block per SM).
 int stages_of(const AttentionCall& call, const Config& cfg) {
   const SplitTuning t = split_tuning();
   int stages = std::max(2, std::min(4, t.max_stages));
-  while (stages > 2 && layout_bytes(call, cfg, stages) > t.smem_target) --stages;
+  while (stages > 2 && layout_bytes(call, cfg, stages) > t.keys_smem_target) --stages;
   return stages;
 }
 
@@ -851,7 +866,7 @@ void attention_keys(const AttentionCall* calls, const size_t* offsets, int64_t n
       // Runs of splits sized so a long call fills the GPU once with the blocks that fit per SM
       // (the result does not depend on it).
       const int fit = int(std::max<size_t>(1, (228 * 1024) / (bytes + 1024)));
-      const int64_t target = int64_t(std::max(1, std::min(tuning.blocks_per_sm, fit))) * sm_count();
+      const int64_t target = int64_t(std::max(1, std::min(tuning.keys_blocks_per_sm, fit))) * sm_count();
       const int64_t at_one = int64_t(kc.n_kv) * kc.n_rowgroups * kc.n_splits;
       kc.splits_per_block =
           cfg.fold ? kc.n_splits : int(std::max<int64_t>(1, std::min<int64_t>(kc.n_splits, (at_one + target - 1) / target)));
