@@ -5,7 +5,9 @@
 //    lengths, page edges, head_dim 64/128/256, GQA 1..16, every KV type (and mixed K/V types);
 //  * determinism: run to run bit-identical; a call's result independent of the rest of the batch;
 //    verify and prefill rows bit-identical to decode at the same position;
-//  * bad calls throw.
+//  * bad calls throw;
+//  * both tiled kernels (dim-parallel: f16 default; key-parallel: quantized default), each forced
+//    on every type (KeyParallelSeams; WEFT_CUDA_ATTN_KERNEL=dim|keys for the whole suite).
 // Skips (and says so) without a GPU; it always compiles and links (CI has nvcc but no GPU).
 #include <gtest/gtest.h>
 

@@ -1,4 +1,7 @@
-// The tiled split attention kernel (flash-decoding) for f16, q8_0 and q4_0 KV caches.
+// The dim-parallel tiled split attention kernel (flash-decoding) for f16, q8_0 and q4_0 KV caches.
+// FROZEN for f16 K and V (the strict f16 decode kernel, attention.cuh); quantized caches take
+// the key-parallel kernel (attention_keys.cu) by default and reach this one only through
+// SplitTuning::keys_quant = false (benchmarks, tests).
 //
 // Work split. The keys of a call are cut into splits of kAttnSplitKeys (fixed). One thread block
 // (4 warps) takes one kv head, one group of up to 16·MT query rows of that head's GQA group
