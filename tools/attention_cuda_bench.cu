@@ -144,7 +144,13 @@ int main(int argc, char** argv) {
     else if (a == "--max-depth") max_depth = next();
     else if (a == "--verify") verify_T = int(next());
     else if (a == "--sweep") sweep = true;
-    else if (a == "--type" && i + 1 < argc) only_type = argv[++i];
+    else if (a == "--type" && i + 1 < argc) {
+      only_type = argv[++i];
+      if (only_type != "f16" && only_type != "q8_0" && only_type != "q4_0") {
+        std::fprintf(stderr, "attention_cuda_bench: --type must be f16, q8_0 or q4_0\n");
+        return 2;
+      }
+    }
     else {
       std::fprintf(stderr,
                    "usage: attention_cuda_bench [--repeats N] [--max-depth TOKENS] [--verify T] [--sweep] "
