@@ -1,6 +1,7 @@
 #include "kernels/cuda/matmul.cuh"
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/moe_route.cuh"
 
 namespace weft::cuda {
 namespace {
@@ -105,12 +106,19 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   matmul_tile<D, VEC>(w, row_bytes, N, K, x, ldx, T, y, ldy, blockIdx.x, blockIdx.y);
 }
 
-// blockIdx.z picks the group; blocks past a group's own N or T return at once.
+// blockIdx.y picks a token tile of the routing, blockIdx.z the projection.
 template <DType D, bool VEC>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) grouped_matmul_kernel(const MatmulGroup* groups) {
-  const MatmulGroup g = groups[blockIdx.z];
-  matmul_tile<D, VEC>(static_cast<const uint8_t*>(g.w), g.row_bytes, g.N, g.K, g.x, g.ldx, g.T, g.y, g.ldy, blockIdx.x,
-                      blockIdx.y);
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    expert_matmul_kernel(const ExpertMatmulJob* jobs, const int32_t* expert_begin, const int32_t* tile_expert,
+                         const int32_t* tile_t0, const int32_t* n_tiles) {
+  if (int(blockIdx.y) >= *n_tiles) return;
+  const ExpertMatmulJob& j = jobs[blockIdx.z];
+  const int e = tile_expert[blockIdx.y];
+  const void* w = j.w[e];
+  if (!w) return;
+  const int64_t b = expert_begin[e], T = expert_begin[e + 1] - b;
+  matmul_tile<D, VEC>(static_cast<const uint8_t*>(w), j.row_bytes, j.N, j.K, j.x + b * j.ldx, j.ldx, T,
+                      j.y + b * j.ldy, j.ldy, blockIdx.x, unsigned(tile_t0[blockIdx.y] / kTokensPerPass));
 }
 
 template <DType D>
@@ -131,22 +139,23 @@ bool matmul_vec_ok(const void* w, size_t row_bytes, int64_t K, const float* x, i
          reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
 }
 
-void grouped_matmul(DType dtype, const MatmulGroup* groups, int64_t n_groups, int64_t max_N, int64_t max_T, bool vec,
-                    cudaStream_t stream) {
-  if (n_groups == 0 || max_N == 0 || max_T == 0) return;
-  const dim3 grid(blocks_for(max_N, kWarpsPerBlock * kRowsPerWarp), unsigned((max_T + kTokensPerPass - 1) / kTokensPerPass),
-                  unsigned(n_groups));
+void expert_matmul(DType dtype, const ExpertMatmulJob* jobs, int64_t n_jobs, int64_t max_N,
+                   const int32_t* expert_begin, const int32_t* tile_expert, const int32_t* tile_t0,
+                   const int32_t* n_tiles, int64_t max_tiles, bool vec, cudaStream_t stream) {
+  static_assert(kTokensPerPass == kMoeTileRows, "a routing tile is one token pass of the matmul tile");
+  if (n_jobs == 0 || max_N == 0 || max_tiles == 0) return;
+  const dim3 grid(blocks_for(max_N, kWarpsPerBlock * kRowsPerWarp), unsigned(max_tiles), unsigned(n_jobs));
   const unsigned threads = kWarpsPerBlock * 32;
-#define WEFT_GROUPED(D)                                                                            \
-  (vec ? grouped_matmul_kernel<D, true><<<grid, threads, 0, stream>>>(groups)                       \
-       : grouped_matmul_kernel<D, false><<<grid, threads, 0, stream>>>(groups))
+#define WEFT_EXPERT(D)                                                                                       \
+  (vec ? expert_matmul_kernel<D, true><<<grid, threads, 0, stream>>>(jobs, expert_begin, tile_expert, tile_t0, n_tiles) \
+       : expert_matmul_kernel<D, false><<<grid, threads, 0, stream>>>(jobs, expert_begin, tile_expert, tile_t0, n_tiles))
   switch (dtype) {
-    case DType::kF32: WEFT_GROUPED(DType::kF32); break;
-    case DType::kF16: WEFT_GROUPED(DType::kF16); break;
-    case DType::kBF16: WEFT_GROUPED(DType::kBF16); break;
-    default: check(cudaErrorInvalidValue, "grouped_matmul: weight type not yet on CUDA");
+    case DType::kF32: WEFT_EXPERT(DType::kF32); break;
+    case DType::kF16: WEFT_EXPERT(DType::kF16); break;
+    case DType::kBF16: WEFT_EXPERT(DType::kBF16); break;
+    default: check(cudaErrorInvalidValue, "expert_matmul: weight type not yet on CUDA");
   }
-#undef WEFT_GROUPED
+#undef WEFT_EXPERT
   WEFT_CUDA_LAUNCHED();
 }
 
