@@ -9,7 +9,6 @@
 #include <cstring>
 #include <fstream>
 #include <random>
-#include <type_traits>
 #include <cstdlib>
 
 #include "backend/backend_factory.h"
@@ -253,6 +252,13 @@ INSTANTIATE_TEST_SUITE_P(All, CudaBackendTest,
                                            "qwen35_vl_tied_sharded", "qwen3next_moe", "qwen3_tied_f16", "llama_f32",
                                            "weft_tiny_hybrid_ref"));
 
+template <typename T>
+std::vector<T> get(const T* device, int64_t n) {
+  std::vector<T> v(static_cast<size_t>(n));
+  EXPECT_EQ(cudaMemcpy(v.data(), device, v.size() * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+  return v;
+}
+
 // Device-side routing against the host routing (the CPU backend's) on random logits of odd
 // shapes: the same experts in the same order, the same expert grouping, weights and
 // probabilities within an ulp or two (the GPU's exp is correctly rounded, the host's expf within
@@ -303,11 +309,6 @@ TEST(CudaMoeRoute, SameRoutingAsTheHost) {
     o.experts_touched = touched;
     cuda::moe_route(d_logits, R, E, K, sh.renorm, o, nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    auto get = [](const auto* d, int64_t n) {
-      std::vector<std::remove_const_t<std::remove_pointer_t<decltype(d)>>> v(size_t(n));
-      EXPECT_EQ(cudaMemcpy(v.data(), d, size_t(n) * sizeof(v[0]), cudaMemcpyDeviceToHost), cudaSuccess);
-      return v;
-    };
     const std::string what = "rows " + std::to_string(R) + ", E " + std::to_string(E) + ", k " + std::to_string(K);
     EXPECT_EQ(get(o.slot_expert, S), h.slot_expert) << what;
     EXPECT_EQ(get(o.expert_begin, E + 1), h.expert_begin) << what;
