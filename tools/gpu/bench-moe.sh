@@ -19,23 +19,25 @@ lim() { local s=$1; shift; local t0=$(date +%s); timeout "$s" "$@"; local rc=$?;
 [ -f "$MODEL/config.json" ] || lim 200 "$W" synth --preset qwen3.5-35b-a3b --layers 40 --experts 64 -o "$MODEL" > "$OUT/synth.log" 2>&1
 tail -2 "$OUT/synth.log" 2>/dev/null
 
-# Graphs on (default) vs off, depth 4096, one session each.
-lim 150 "$W" bench --device cuda -m "$MODEL" --ctx 4096 --arms f16,q8_0 --repeats 3 --gen 32 --energy -q \
-  --out "$OUT/bench_4k" > "$OUT/bench_4k.log" 2>&1
-WEFT_CUDA_GRAPHS=0 lim 120 "$W" bench --device cuda -m "$MODEL" --ctx 4096 --arms f16 --repeats 3 --gen 32 -q \
+# Graphs on (default; replay counts on stderr) vs off, depth 4096.
+WEFT_CUDA_GRAPH_STATS=1 lim 150 "$W" bench --device cuda -m "$MODEL" --ctx 4096 --arms f16,q8_0 --repeats 3 --gen 32 \
+  --energy -q --out "$OUT/bench_4k" > "$OUT/bench_4k.log" 2>&1
+WEFT_CUDA_GRAPHS=0 lim 120 "$W" bench --device cuda -m "$MODEL" --ctx 4096 --arms f16 --repeats 2 --gen 32 -q \
   --out "$OUT/bench_4k_nographs" > "$OUT/bench_4k_nographs.log" 2>&1
 # One decode step op by op (each op synchronised; graphs off while profiling).
 seq 1 8 | tr '\n' ' ' > "$OUT/ids8.txt"
 WEFT_CUDA_PROFILE=1 lim 90 "$W" generate --device cuda -m "$MODEL" --ids-file "$OUT/ids8.txt" -n 32 --ignore-eos \
   > "$OUT/profile.log" 2>&1
-WEFT_CUDA_GRAPH_STATS=1 lim 90 "$W" generate --device cuda -m "$MODEL" --ids-file "$OUT/ids8.txt" -n 64 --ignore-eos \
-  --json > "$OUT/generate.log" 2>&1
+# Deeper and batched, inside what is left of $DEADLINE (epoch seconds) when it is set.
 if [ "${1:-}" != "--quick" ]; then
-  lim 300 "$W" bench --device cuda -m "$MODEL" --ctx 4096,32768 --arms f16,q8_0,q4_0 --repeats 3 --gen 32 --energy \
-    --batch 1,8 -q --out "$OUT/bench_32k" > "$OUT/bench_32k.log" 2>&1
+  left=300
+  [ -n "${DEADLINE:-}" ] && left=$((DEADLINE - $(date +%s)))
+  [ "$left" -gt 300 ] && left=300
+  [ "$left" -gt 30 ] && lim "$left" "$W" bench --device cuda -m "$MODEL" --ctx 4096,32768 --arms f16,q8_0,q4_0 --repeats 3 \
+    --gen 32 --energy --batch 1,8 -q --out "$OUT/bench_32k" > "$OUT/bench_32k.log" 2>&1
 fi
 for f in bench_4k bench_4k_nographs bench_32k; do
   [ -f "$OUT/$f/report.md" ] && { echo "### $f"; cat "$OUT/$f/report.md"; }
 done
+grep "weft cuda graphs" "$OUT/bench_4k.log" | sort | uniq -c
 grep -A40 "weft cuda profile" "$OUT/profile.log" | head -45
-tail -5 "$OUT/generate.log"
