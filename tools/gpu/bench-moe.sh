@@ -28,6 +28,14 @@ WEFT_CUDA_GRAPHS=0 lim 120 "$W" bench --device cuda -m "$MODEL" --ctx 4096 --arm
 seq 1 8 | tr '\n' ' ' > "$OUT/ids8.txt"
 WEFT_CUDA_PROFILE=1 lim 90 "$W" generate --device cuda -m "$MODEL" --ids-file "$OUT/ids8.txt" -n 32 --ignore-eos \
   > "$OUT/profile.log" 2>&1
+# Where a graph-replayed step's GPU time goes, kernel by kernel (Nsight Systems, when installed).
+NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+if [ -n "$NSYS" ]; then
+  lim 120 "$NSYS" profile --cuda-graph-trace=node -o "$OUT/step" -f true "$W" generate --device cuda -m "$MODEL" \
+    --ids-file "$OUT/ids8.txt" -n 64 --ignore-eos > "$OUT/nsys.log" 2>&1
+  lim 60 "$NSYS" stats --report cuda_gpu_kern_sum --format csv -o "$OUT/kernels" "$OUT/step.nsys-rep" >> "$OUT/nsys.log" 2>&1
+  rm -f "$OUT/step.nsys-rep" "$OUT/step.sqlite"
+fi
 # Deeper and batched, inside what is left of $DEADLINE (epoch seconds) when it is set.
 if [ "${1:-}" != "--quick" ]; then
   left=300
@@ -41,3 +49,4 @@ for f in bench_4k bench_4k_nographs bench_32k; do
 done
 grep "weft cuda graphs" "$OUT/bench_4k.log" | sort | uniq -c
 grep -A40 "weft cuda profile" "$OUT/profile.log" | head -45
+ls "$OUT"/kernels*.csv >/dev/null 2>&1 && head -40 "$OUT"/kernels*.csv

@@ -271,6 +271,25 @@ class CudaBackend final : public Backend {
     const size_t rb = m.row_bytes();
     const int64_t N = m.rows, K = m.cols;
     recorder_->sig() << __LINE__ << dt << wd << rb << N << K << x << T << y;
+    // A deferred one-token product right after another of the same input row joins its launch
+    // (q/k/v, the GDN input projections, gate/up): same per-element order, fewer launches.
+    const bool one_token = T == 1 && recorder_->deferring() && cuda::matmul_vec_ok(wd, rb, K, x, K);
+    if (one_token && open_matvec_ && open_matvec_id_ == recorder_->last_op_id() && open_matvec_->x == x &&
+        open_matvec_->K == K && open_matvec_->type == dt && open_matvec_->jobs.n < cuda::kMaxMatvecJobs) {
+      cuda::MatvecJobs& j = open_matvec_->jobs;
+      j.w[j.n] = wd, j.row_bytes[j.n] = rb, j.N[j.n] = N, j.y[j.n] = y;
+      ++j.n;
+      return;
+    }
+    if (one_token) {
+      auto run = std::make_shared<MatvecRun>();
+      run->x = x, run->K = K, run->type = dt;
+      run->jobs.n = 1, run->jobs.w[0] = wd, run->jobs.row_bytes[0] = rb, run->jobs.N[0] = N, run->jobs.y[0] = y;
+      launch([run, this] { cuda::matvec_multi(run->type, run->jobs, run->K, run->x, stream_); });
+      open_matvec_ = run;
+      open_matvec_id_ = recorder_->last_op_id();
+      return;
+    }
     launch([=, this] { cuda::matmul(dt, wd, rb, N, K, x, K, T, y, N, stream_); });
   }
   void grouped_matmul(const MoeRouting& r, const GroupedMatmul* jobs, int64_t n_jobs) override {
@@ -310,10 +329,12 @@ class CudaBackend final : public Backend {
       const int32_t* tile_expert = route_ptr<int32_t>(Route::kTileExpert);
       const int32_t* tile_t0 = route_ptr<int32_t>(Route::kTileT0);
       const int32_t* n_tiles = route_ptr<int32_t>(Route::kNTiles);
+      const bool one_row = r.rows == 1;
       recorder_->sig() << __LINE__ << type << djobs << n << max_n << begin << tile_expert << tile_t0 << n_tiles
-                       << max_tiles << vec;
+                       << max_tiles << vec << one_row;
       launch([=, this] {
-        cuda::expert_matmul(type, djobs, n, max_n, begin, tile_expert, tile_t0, n_tiles, max_tiles, vec, stream_);
+        cuda::expert_matmul(type, djobs, n, max_n, begin, tile_expert, tile_t0, n_tiles, max_tiles, vec, one_row,
+                            stream_);
       });
     }
   }
@@ -525,6 +546,16 @@ class CudaBackend final : public Backend {
     return static_cast<T*>(route_[size_t(r)].ptr);
   }
   void launch(std::function<void()> f) { recorder_->op(std::move(f)); }
+
+  // The one-token products of the input row x that share the launch being deferred.
+  struct MatvecRun {
+    const float* x = nullptr;
+    int64_t K = 0;
+    DType type = DType::kF32;
+    cuda::MatvecJobs jobs;
+  };
+  std::shared_ptr<MatvecRun> open_matvec_;
+  uint64_t open_matvec_id_ = 0;
 
   ThreadPool pool_;
   OpProfile profile_;

@@ -81,6 +81,7 @@ void GraphRecorder::op(std::function<void()> launch) {
     return;
   }
   pending_.push_back(std::move(launch));
+  ++op_count_;
 }
 
 void* GraphRecorder::stage(const void* host, size_t bytes, bool direct) {
@@ -149,6 +150,7 @@ void GraphRecorder::capture_and_launch(Segment& seg) {
 }
 
 void GraphRecorder::flush() {
+  ++op_count_;
   copy_staged();
   if (pending_.empty()) return;
   if (graphs_.size() >= kMaxGraphs) clear_graphs();

@@ -74,6 +74,9 @@ class GraphRecorder {
   void flush();
 
   const Stats& stats() const { return stats_; }
+  // Identifies the last deferred op: it changes with every op deferred and every flush, so an
+  // op may extend its predecessor (see CudaBackend::matmul) only while this is unchanged.
+  uint64_t last_op_id() const { return defer_ ? op_count_ : 0; }
 
  private:
   struct Segment {
@@ -98,6 +101,7 @@ class GraphRecorder {
   bool defer_ = false, in_forward_ = false;
   std::string sig_;
   std::vector<std::function<void()>> pending_;
+  uint64_t op_count_ = 1;
   std::unordered_map<uint64_t, Segment> graphs_;
   Arena deferred_, direct_;
   std::vector<std::pair<uint8_t*, uint8_t*>> retired_;  // outgrown arenas (host, device)
