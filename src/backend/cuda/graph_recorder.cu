@@ -53,6 +53,7 @@ void GraphRecorder::free_retired() {
 }
 
 void GraphRecorder::clear_graphs() {
+  cudaStreamSynchronize(stream_);  // no launch of a graph destroyed here is still queued
   for (auto& [h, seg] : graphs_)
     if (seg.exec) cudaGraphExecDestroy(seg.exec);
   graphs_.clear();
@@ -161,9 +162,12 @@ void GraphRecorder::flush() {
   } else if (seg.sig == sig_ && seg.seen > 0) {
     capture_and_launch(seg);
   } else {
-    // First sighting (or a hash collision: the newer segment takes the slot).
+    // First sighting.
     run_pending();
-    if (seg.exec) cudaGraphExecDestroy(seg.exec);
+    if (seg.exec) {  // a hash collision: the newer segment takes the slot
+      WEFT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      cudaGraphExecDestroy(seg.exec);
+    }
     seg.exec = nullptr;
     if (seg.sig != sig_) seg.sig = sig_, seg.seen = 0;
     ++seg.seen;
