@@ -7,6 +7,8 @@
 # land in $OUT.
 #
 #   bash tools/gpu/bench-moe.sh [--quick]      (--quick: depth 4096 only, no batch arms)
+#   bash tools/gpu/bench-moe.sh --full         (the 256-expert geometry, generated in host memory
+#                                               by `bench --synthetic`: no file; 70 GB of RAM)
 set -u
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build-gpu}
@@ -16,6 +18,12 @@ W=$BUILD/weft
 mkdir -p "$OUT"
 lim() { local s=$1; shift; local t0=$(date +%s); timeout "$s" "$@"; local rc=$?; echo "[exit $rc after $(($(date +%s) - t0)) s: $*]"; }
 
+if [ "${1:-}" = "--full" ]; then
+  lim 560 "$W" bench --device cuda --synthetic qwen3.5-35b-a3b --ctx 4096,32768 --arms f16,q8_0 --repeats 3 --gen 32 \
+    --energy --batch 1,8 -q --out "$OUT/bench_full" > "$OUT/bench_full.log" 2>&1
+  tail -5 "$OUT/bench_full.log"; cat "$OUT/bench_full/report.md" 2>/dev/null
+  exit 0
+fi
 [ -f "$MODEL/config.json" ] || lim 200 "$W" synth --preset qwen3.5-35b-a3b --layers 40 --experts 64 -o "$MODEL" > "$OUT/synth.log" 2>&1
 tail -2 "$OUT/synth.log" 2>/dev/null
 
