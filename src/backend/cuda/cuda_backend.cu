@@ -273,7 +273,8 @@ class CudaBackend final : public Backend {
     recorder_->sig() << __LINE__ << dt << wd << rb << N << K << x << T << y;
     // A deferred one-token product right after another of the same input row joins its launch
     // (q/k/v, the GDN input projections, gate/up): same per-element order, fewer launches.
-    const bool one_token = T == 1 && recorder_->deferring() && cuda::matmul_vec_ok(wd, rb, K, x, K);
+    // (Never when y is x: one launch would read x while writing it.)
+    const bool one_token = T == 1 && recorder_->deferring() && y != x && cuda::matmul_vec_ok(wd, rb, K, x, K);
     if (one_token && open_matvec_ && open_matvec_id_ == recorder_->last_op_id() && open_matvec_->x == x &&
         open_matvec_->K == K && open_matvec_->type == dt && open_matvec_->jobs.n < cuda::kMaxMatvecJobs) {
       cuda::MatvecJobs& j = open_matvec_->jobs;
