@@ -170,6 +170,13 @@ class Backend {
   virtual bool has_weights(const void* key) const { return true; }
   virtual Status bind_weights(const void* key, const WeightSet& weights) { return Status(); }
 
+  // ---- Forward passes ----
+  // forward() brackets the ops of each call with these (rows: the call's total rows). A device
+  // backend may defer the launches in between and replay them as a graph; host arrays handed to
+  // ops are still read before each op returns, and results reach the host in copy_to_host.
+  virtual void begin_forward(int64_t rows) {}
+  virtual void end_forward() {}
+
   // ---- Memory ----
   // The scratch buffer of `role` with room for n floats (contents undefined). Valid until the
   // next call for the same role with a larger n.
