@@ -204,8 +204,11 @@ TEST(GdnChunked, AccuracyAgainstFloat64AndRecurrent) {
                 "recurrent out %.2e state %.2e | chunked vs recurrent out %.2e\n",
                 (long long)cs.sh.n_k, (long long)cs.sh.n_v, (long long)cs.sh.dk, (long long)cs.sh.dv,
                 (long long)cs.T, cs.g_lo, e_out, e_st, r_out, r_st, x_out);
-    EXPECT_LT(e_out, 2e-6) << "T=" << cs.T;
-    EXPECT_LT(e_st, 2e-6) << "T=" << cs.T;
+    // 2e-6, or within 4x of the f32 token-by-token recurrence where the input itself is
+    // ill-conditioned: e.g. at T = 1 the output is β(q·k)v, and a q·k near 0 cancels in any f32
+    // order (seed 668618445: both kernels 3.1e-6 from float64).
+    EXPECT_LT(e_out, std::max(2e-6, 4 * r_out)) << "T=" << cs.T;
+    EXPECT_LT(e_st, std::max(2e-6, 4 * r_st)) << "T=" << cs.T;
     worst_chunked = std::max({worst_chunked, e_out, e_st});
   }
   std::printf("  worst chunked relative error vs float64: %.2e\n", worst_chunked);
