@@ -1,5 +1,6 @@
 // Tests of the CPU matrix products and row conversions: accuracy against float64, and the
-// determinism contract (bit-identity across T, tiling, thread count, and scalar vs AVX2).
+// determinism contract (bit-identity across T, tiling, thread count, and scalar vs AVX2 vs
+// AVX-512).
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -99,11 +100,15 @@ std::vector<float> run(MatmulFn fn, const Problem& p, ThreadPool* pool) {
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
 
 const DType kWeightTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
-const int64_t kKs[] = {1, 7, 31, 33, 257, 2048 + 5};
-const int64_t kNs[] = {1, 3, 17, 100};
-const int64_t kTs[] = {1, 2, 3, 5, 7, 8, 9, 17, 64};  // 2..8: few-token tiles of 4, 2, 1; 8 | 9: the streaming / prefill-tile boundary
+// 519, 1029: K blocks of 512 with a tail chunk in the last block (and 1029 an odd chunk count).
+const int64_t kKs[] = {1, 7, 31, 33, 257, 519, 1029, 2048 + 5};
+const int64_t kNs[] = {1, 3, 17, 100};  // 3, 17: odd rows (AVX-512 pairs rows); 100: partial tasks
+// 2..8: few-token tiles of 4, 2, 1; 8 | 9: the streaming / prefill-tile boundary; 53, 101:
+// AVX-512 token blocks of 48 with every remainder tile width.
+const int64_t kTs[] = {1, 2, 3, 5, 7, 8, 9, 17, 53, 64, 101};
 
-// Every shape, every weight dtype: accuracy, T=1 vs batched, thread counts, scalar vs AVX2.
+// Every shape, every weight dtype: accuracy, T=1 vs batched, thread counts, scalar vs AVX2 vs
+// AVX-512 (each fast path only where the CPU has it).
 TEST(Matmul, AccuracyAndDeterminism) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -111,6 +116,8 @@ TEST(Matmul, AccuracyAndDeterminism) {
   ThreadPool pool1(1), pool2(2), pool3(3);
   ThreadPool* pools[] = {nullptr, &pool1, &pool2, &pool3};
   const bool avx2 = cpu_features().has_avx2_fma_f16c();
+  const bool avx512 = cpu_features().has_avx512_core();
+  if (!avx512) std::printf("note: this CPU has no AVX-512 F/BW/VL/DQ; matmul_avx512 not tested here\n");
   for (DType wtype : kWeightTypes) {
     for (int64_t K : kKs) {
       for (int64_t N : kNs) {
@@ -161,6 +168,10 @@ TEST(Matmul, AccuracyAndDeterminism) {
               got = run(matmul_avx2, p, pool);
               ASSERT_EQ(0, std::memcmp(got.data(), out.data(), out.size() * 4)) << "avx2";
             }
+            if (avx512) {
+              got = run(matmul_avx512, p, pool);
+              ASSERT_EQ(0, std::memcmp(got.data(), out.data(), out.size() * 4)) << "avx512";
+            }
             if (K * N * T <= 200000 || pool == &pool2) {  // the scalar twin is slow
               got = run(matmul_scalar, p, pool);
               for (size_t i = 0; i < out.size(); ++i) {
@@ -174,16 +185,25 @@ TEST(Matmul, AccuracyAndDeterminism) {
   }
 }
 
-// All-(-0) rows and infinities give the same bits on both paths, tail or no tail.
+// All-(-0) rows and infinities give the same bits on every path, tail or no tail, decode or
+// prefill tile (T = 1 and T = 13), and a row of -0 next to an inf row (AVX-512 pairs them).
 TEST(Matmul, SignedZeroAndSpecials) {
+  std::vector<MatmulFn> fns = {matmul_scalar, matmul};
+  if (cpu_features().has_avx2_fma_f16c()) fns.push_back(matmul_avx2);
+  if (cpu_features().has_avx512_core()) fns.push_back(matmul_avx512);
   for (int64_t K : {3, 8, 11}) {
-    std::vector<float> w(size_t(2 * K), -0.0f), x(size_t(K), 1.0f);
-    w[size_t(K)] = std::numeric_limits<float>::infinity();
-    float a[2], b[2];
-    matmul_scalar(DType::kF32, w.data(), 2, K, x.data(), K, 1, a, 2, nullptr);
-    matmul(DType::kF32, w.data(), 2, K, x.data(), K, 1, b, 2, nullptr);
-    EXPECT_TRUE(same_bits(a[0], b[0])) << a[0] << " " << b[0];
-    EXPECT_TRUE(std::isinf(b[1]));
+    for (int64_t T : {1, 13}) {
+      std::vector<float> w(size_t(3 * K), -0.0f), x(size_t(T * K), 1.0f);
+      w[size_t(K)] = std::numeric_limits<float>::infinity();
+      std::vector<float> want(size_t(3 * T));
+      matmul_scalar(DType::kF32, w.data(), 3, K, x.data(), K, T, want.data(), 3, nullptr);
+      EXPECT_TRUE(std::isinf(want[1]));
+      for (MatmulFn fn : fns) {
+        std::vector<float> got(size_t(3 * T));
+        fn(DType::kF32, w.data(), 3, K, x.data(), K, T, got.data(), 3, nullptr);
+        for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(same_bits(want[i], got[i])) << i << ": " << want[i] << " " << got[i];
+      }
+    }
   }
 }
 
@@ -264,10 +284,13 @@ TEST(Matmul, DISABLED_Throughput) {
     for (int threads : {1, 2}) {
       ThreadPool pool(threads);
       for (int64_t T : {int64_t(1), kMaxT}) {
+       for (MatmulFn fn : {matmul_avx2, matmul_avx512}) {
+        const bool is512 = fn == matmul_avx512;
+        if (is512 ? !cpu_features().has_avx512_core() : !cpu_features().has_avx2_fma_f16c()) continue;
         const int reps = T == 1 ? 200 : 8;
         auto call = [&](int r) {
           const uint8_t* w = p.w->data() + size_t(r % copies) * matrix_bytes;
-          matmul(wtype, w, N, K, x_of(p), p.ldx, T, out.data(), N, &pool);
+          fn(wtype, w, N, K, x_of(p), p.ldx, T, out.data(), N, &pool);
         };
         for (int r = 0; r < copies; ++r) call(r);  // warm up: page in every copy
         double best = 1e30;
@@ -279,8 +302,9 @@ TEST(Matmul, DISABLED_Throughput) {
         // The fastest call: on a shared machine, slower ones mostly measure other load.
         const double gbs = double(matrix_bytes) / best / 1e9;
         const double gflops = 2.0 * double(N * K * T) / best / 1e9;
-        printf("%-4s threads=%d T=%-3lld %8.3f ms  weights %6.2f GB/s  %7.2f GFLOP/s\n",
-               dtype_name(wtype), threads, (long long)T, best * 1e3, gbs, gflops);
+        printf("%-6s %-4s threads=%d T=%-3lld %8.3f ms  weights %6.2f GB/s  %7.2f GFLOP/s\n",
+               is512 ? "avx512" : "avx2", dtype_name(wtype), threads, (long long)T, best * 1e3, gbs, gflops);
+       }
       }
     }
   }
