@@ -20,12 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using test::read_bytes;
 
 // Rewrites a safetensors file with its header padded by spaces (legal JSON whitespace) so that
 // the data region starts at an odd offset: 8 + header length is odd.

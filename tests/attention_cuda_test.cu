@@ -5,7 +5,9 @@
 //    lengths, page edges, head_dim 64/128/256, GQA 1..16, every KV type (and mixed K/V types);
 //  * determinism: run to run bit-identical; a call's result independent of the rest of the batch;
 //    verify and prefill rows bit-identical to decode at the same position;
-//  * bad calls throw.
+//  * bad calls throw;
+//  * both tiled kernels (dim-parallel: f16 default; key-parallel: quantized default), each forced
+//    on every type (KeyParallelSeams; WEFT_CUDA_ATTN_KERNEL=dim|keys for the whole suite).
 // Skips (and says so) without a GPU; it always compiles and links (CI has nvcc but no GPU).
 #include <gtest/gtest.h>
 
@@ -68,6 +70,18 @@ const bool kNoDirect = [] {
     return true;
   }
   return false;
+}();
+
+// WEFT_CUDA_ATTN_KERNEL=dim / keys: every tiled call on the dim-parallel split kernel
+// (attention_split.cu) or on the key-parallel one (attention_keys.cu) instead of the default by KV
+// type (f16: dim-parallel, quantized: key-parallel); all three settings must pass everything.
+const bool kKernelForced = [] {
+  const char* e = std::getenv("WEFT_CUDA_ATTN_KERNEL");
+  if (!e || !*e) return false;
+  cuda::detail::SplitTuning t = cuda::detail::split_tuning();
+  t.keys_quant = t.keys_f16 = std::string(e) == "keys";
+  cuda::detail::set_split_tuning(t);
+  return true;
 }();
 
 uint64_t test_seed() {
@@ -395,7 +409,9 @@ TEST(AttentionCuda, DeterministicAndBatchInvariant) {
     cuda::detail::SplitTuning other = saved;
     other.max_stages = 2;
     other.blocks_per_sm = 1;
+    other.keys_blocks_per_sm = 1;
     other.smem_target = 220 * 1024;
+    other.keys_smem_target = 220 * 1024;
     cuda::detail::set_split_tuning(other);
     const auto reshaped = gpu_attention(*A, qa, 1, 3000, 16);
     cuda::detail::set_split_tuning(saved);
@@ -408,11 +424,52 @@ TEST(AttentionCuda, DeterministicAndBatchInvariant) {
   const cuda::detail::SplitTuning saved = cuda::detail::split_tuning();
   cuda::detail::SplitTuning other = saved;
   other.blocks_per_sm = 1;
+  other.keys_blocks_per_sm = 1;
   other.max_stages = 3;
   cuda::detail::set_split_tuning(other);
   const auto reshaped = gpu_attention(*D, qd, 1, 40000, 16);
   cuda::detail::set_split_tuning(saved);
   EXPECT_EQ(std::memcmp(base.data(), reshaped.data(), base.size() * 4), 0) << "deep call: launch shape";
+}
+
+// The key-parallel kernel's own seams: 16-key warp sub-tiles and 64-key tiles cut by odd lengths
+// and 32-token pages, GQA groups that leave padding rows (1, 3, 12) or fill two n-tiles (16),
+// verify calls of several row groups; and both tiled kernels on the same calls, each within the
+// bounds (they are different kernels: their bits differ, their accuracy must not).
+TEST(AttentionCuda, KeyParallelSeams) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(test_seed() + 7);
+  const cuda::detail::SplitTuning saved = cuda::detail::split_tuning();
+  for (bool keys : {true, false}) {
+    cuda::detail::SplitTuning t = saved;
+    t.keys_quant = t.keys_f16 = keys;
+    cuda::detail::set_split_tuning(t);
+    for (DType ty : kTypes) {
+      for (int64_t ctx : {15, 16, 17, 63, 65, 1025}) check_case({ctx, 64, 2, 3, 32, ty, ty}, 1, rng);
+      check_case({300, 128, 1, 1, 32, ty, ty}, 1, rng);
+      check_case({301, 128, 1, 12, 96, ty, ty}, 1, rng);
+      check_case({302, 256, 2, 16, 32, ty, ty}, 1, rng);
+      check_case({303, 128, 2, 12, 64, ty, ty}, 3, rng);   // 36 rows: three row groups
+      check_case({520, 64, 1, 16, 32, ty, ty}, 4, rng);    // 64 rows
+      check_case({520, 64, 1, 16, 32, ty, ty}, 5, rng);    // 80 rows: the in-block fold
+    }
+  }
+  cuda::detail::set_split_tuning(saved);
+  // Verify rows of GQA 16 (two n-tiles, several row groups) and prefill rows equal decode bits.
+  for (DType ty : kTypes) {
+    auto L = make_layer(1111, 1, 128, ty, ty, 64, rng);
+    for (int64_t T : {4, 9}) {
+      const int64_t n_heads = 16, pos0 = 1111 - T, row = n_heads * 128;
+      const auto q = random_q(T, n_heads, 128, rng);
+      const auto multi = gpu_attention(*L, q, T, pos0, n_heads);
+      for (int64_t i = 0; i < T; ++i) {
+        const std::vector<float> qi(q.begin() + i * row, q.begin() + (i + 1) * row);
+        const auto one = gpu_attention(*L, qi, 1, pos0 + i, n_heads);
+        EXPECT_EQ(std::memcmp(one.data(), multi.data() + i * row, size_t(row) * 4), 0)
+            << type_name(ty) << " T " << T << ": row " << i << " differs from decode";
+      }
+    }
+  }
 }
 
 TEST(AttentionCuda, BadCallsThrow) {

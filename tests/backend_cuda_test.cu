@@ -9,12 +9,15 @@
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <cstdlib>
 
 #include "backend/backend_factory.h"
+#include "backend/moe_route_host.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "io/safetensors.h"
+#include "kernels/cuda/moe_route.cuh"
 #include "test_util.h"
 
 namespace weft {
@@ -219,10 +222,123 @@ TEST_P(CudaBackendTest, EachSequenceAloneEqualsInsideABatch) {
   for (int s = 0; s < kSeqs; ++s) EXPECT_TRUE(same_bits(alone[s], together[s])) << "sequence " << s;
 }
 
+// Decode steps replayed from CUDA graphs give the bits of the same steps launched op by op
+// (WEFT_CUDA_GRAPHS=0): the first step of a shape runs eagerly, the second is captured, the rest
+// replay, so 8 steps exercise all three paths; and a verify of 4 rows (its own graphs) too.
+TEST_P(CudaBackendTest, GraphReplayEqualsEagerLaunches) {
+  const int64_t V = model_->config().vocab_size;
+  const std::vector<int32_t> prompt = random_prompt(40, V, 21), steps = random_prompt(8, V, 22),
+                             draft = random_prompt(4, V, 23);
+  auto decode_and_verify = [&] {
+    std::vector<float> out = run(*model_, options(Device::kCuda), prompt, steps);
+    Session s(*model_, options(Device::kCuda));
+    EXPECT_TRUE(s.feed(prompt.data(), int64_t(prompt.size()), nullptr, nullptr).ok());
+    for (int i = 0; i < 3; ++i) {  // three verifies of the same shape: eager, captured, replayed
+      std::vector<float> v(draft.size() * size_t(V));
+      EXPECT_TRUE(s.verify(draft.data(), int64_t(draft.size()), v.data()).ok());
+      out.insert(out.end(), v.begin(), v.end());
+    }
+    return out;
+  };
+  ASSERT_EQ(setenv("WEFT_CUDA_GRAPHS", "0", 1), 0);
+  const std::vector<float> eager = decode_and_verify();
+  unsetenv("WEFT_CUDA_GRAPHS");
+  const std::vector<float> graphs = decode_and_verify();
+  EXPECT_TRUE(same_bits(eager, graphs));
+}
+
 INSTANTIATE_TEST_SUITE_P(All, CudaBackendTest,
                          ::testing::Values("qwen35_dense", "qwen35_moe_hd256", "qwen35_moe_experts_f16",
                                            "qwen35_vl_tied_sharded", "qwen3next_moe", "qwen3_tied_f16", "llama_f32",
                                            "weft_tiny_hybrid_ref"));
+
+template <typename T>
+std::vector<T> get(const T* device, int64_t n) {
+  std::vector<T> v(static_cast<size_t>(n));
+  EXPECT_EQ(cudaMemcpy(v.data(), device, v.size() * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+  return v;
+}
+
+// Device-side routing against the host routing (the CPU backend's) on random logits of odd
+// shapes: the same experts in the same order, the same expert grouping, weights and
+// probabilities within an ulp or two (the GPU's exp is correctly rounded, the host's expf within
+// half an ulp), exact ties to the lower expert id, and token tiles that cover every expert's rows.
+TEST(CudaMoeRoute, SameRoutingAsTheHost) {
+  if (Status s = check_device(Device::kCuda); !s.ok()) GTEST_SKIP() << "no GPU here: " << s.message();
+  struct Shape {
+    int64_t rows, E, K;
+    bool renorm;
+  };
+  std::mt19937 rng(5);
+  long long touched_expected = 0;
+  long long* touched = nullptr;
+  ASSERT_EQ(cudaMalloc(&touched, sizeof(long long)), cudaSuccess);
+  ASSERT_EQ(cudaMemset(touched, 0, sizeof(long long)), cudaSuccess);
+  for (const Shape sh : {Shape{1, 256, 8, true}, Shape{7, 60, 1, false}, Shape{300, 512, 10, true}, Shape{33, 8, 8, true}}) {
+    const int64_t R = sh.rows, E = sh.E, K = sh.K, S = R * K, tiles = cuda::moe_max_tiles(R, K, E);
+    // Logits on a 1/64 grid: distinct values are far apart (no near-ties for an ulp to flip),
+    // equal ones are exact ties; row 0 is all equal (top-k = the k lowest ids).
+    std::uniform_int_distribution<int> grid(-300, 300);
+    std::vector<float> logits(size_t(R * E));
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t e = 0; e < E; ++e) logits[size_t(r * E + e)] = r == 0 ? 0.5f : float(grid(rng)) / 64.0f;
+    std::vector<float> host = logits;
+    MoeRoutingHost h;
+    BackendCounters counters;
+    route_on_host(host.data(), R, E, K, sh.renorm, &h, &counters);
+    touched_expected += counters.moe_experts_touched;
+
+    std::vector<void*> bufs;
+    auto dev = [&](size_t bytes) {
+      void* p = nullptr;
+      EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess);
+      bufs.push_back(p);
+      return p;
+    };
+    float* d_logits = static_cast<float*>(dev(logits.size() * 4));
+    ASSERT_EQ(cudaMemcpy(d_logits, logits.data(), logits.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    cuda::MoeRouteOut o;
+    o.slot_expert = static_cast<int32_t*>(dev(size_t(S) * 4));
+    o.slot_weight = static_cast<float*>(dev(size_t(S) * 4));
+    o.expert_begin = static_cast<int32_t*>(dev(size_t(E + 1) * 4));
+    o.sorted_slot = static_cast<int32_t*>(dev(size_t(S) * 4));
+    o.slot_pos = static_cast<int32_t*>(dev(size_t(S) * 4));
+    o.tile_expert = static_cast<int32_t*>(dev(size_t(tiles) * 4));
+    o.tile_t0 = static_cast<int32_t*>(dev(size_t(tiles) * 4));
+    o.n_tiles = static_cast<int32_t*>(dev(4));
+    o.experts_touched = touched;
+    cuda::moe_route(d_logits, R, E, K, sh.renorm, o, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::string what = "rows " + std::to_string(R) + ", E " + std::to_string(E) + ", k " + std::to_string(K);
+    EXPECT_EQ(get(o.slot_expert, S), h.slot_expert) << what;
+    EXPECT_EQ(get(o.expert_begin, E + 1), h.expert_begin) << what;
+    EXPECT_EQ(get(o.sorted_slot, S), h.sorted_slot) << what;
+    EXPECT_EQ(get(o.slot_pos, S), h.slot_pos) << what;
+    const std::vector<float> weight = get(o.slot_weight, S), probs = get(d_logits, R * E);
+    for (int64_t i = 0; i < S; ++i)
+      EXPECT_NEAR(weight[size_t(i)], h.slot_weight[size_t(i)], 3e-7 * h.slot_weight[size_t(i)]) << what << " slot " << i;
+    for (int64_t i = 0; i < R * E; ++i)
+      ASSERT_NEAR(probs[size_t(i)], host[size_t(i)], 3e-7 * host[size_t(i)] + 1e-30) << what << " prob " << i;
+    // Tiles: every expert's rows covered once, in tiles of at most 8 from its own range.
+    const int32_t n_tiles = get(o.n_tiles, 1)[0];
+    ASSERT_LE(n_tiles, tiles) << what;
+    const std::vector<int32_t> te = get(o.tile_expert, n_tiles), t0 = get(o.tile_t0, n_tiles);
+    std::vector<int64_t> covered(size_t(E), 0);
+    for (int32_t i = 0; i < n_tiles; ++i) {
+      const int64_t cnt = h.expert_begin[size_t(te[size_t(i)]) + 1] - h.expert_begin[size_t(te[size_t(i)])];
+      EXPECT_EQ(t0[size_t(i)] % cuda::kMoeTileRows, 0);
+      EXPECT_LT(t0[size_t(i)], cnt) << what;
+      covered[size_t(te[size_t(i)])] += std::min<int64_t>(cuda::kMoeTileRows, cnt - t0[size_t(i)]);
+    }
+    for (int64_t e = 0; e < E; ++e)
+      EXPECT_EQ(covered[size_t(e)], h.expert_begin[size_t(e) + 1] - h.expert_begin[size_t(e)]) << what << " expert " << e;
+    for (void* p : bufs) cudaFree(p);
+  }
+  long long got = 0;
+  ASSERT_EQ(cudaMemcpy(&got, touched, sizeof got, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(got, touched_expected);
+  cudaFree(touched);
+}
 
 // Runs everywhere: without a GPU (or without CUDA in the build) `--device cuda` is a clear error.
 TEST(CudaDevice, CliSaysWhyWhenThereIsNoGpu) {

@@ -26,12 +26,7 @@ using nlohmann::json;
 
 std::string fixture_dir(const std::string& name) { return test::source_dir() + "/tests/data/fixtures/" + name; }
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using test::read_bytes;
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -20,6 +20,9 @@
 #include "kernels/cpu/kv_quant.h"
 #include "lab/bandwidth.h"
 #include "lab/bench.h"
+#include "lab/bench_batch.h"
+#include "lab/compute_probe.h"
+#include "backend/backend_factory.h"
 #include "lab/ceiling_claim.h"
 #include "lab/resident.h"
 #include "lab/roofline.h"
@@ -311,6 +314,71 @@ TEST(BenchCli, TinyEndToEndJson) {
   EXPECT_NE(mds.str().find("KV resident (measured)"), std::string::npos);
   EXPECT_NE(svgs.str().find("roofline"), std::string::npos);
   EXPECT_NE(svgs.str().find("ratios vs f16"), std::string::npos);
+}
+
+TEST(BenchBatchModel, PredictionWithComputeBracketsTheByteModel) {
+  // No compute: the byte model's memory-bound speed-up B · bytes(1) / bytes(B).
+  EXPECT_DOUBLE_EQ(lab::predicted_speedup_with_compute(8, 0.1, 0.0, 100.0, 200.0, 0.0), 8.0 * 100.0 / 200.0);
+  // All compute at B = 1: B · C(1) / C(B), whatever the bytes.
+  EXPECT_DOUBLE_EQ(lab::predicted_speedup_with_compute(4, 0.02, 0.02, 100.0, 900.0, 0.05), 4.0 * 0.02 / 0.05);
+  // Compute above the measured step (a probe faster than the step): the memory part is floored at 0.
+  EXPECT_DOUBLE_EQ(lab::predicted_speedup_with_compute(2, 0.01, 0.03, 1.0, 1.0, 0.04), 2.0 * 0.01 / 0.04);
+  // Mixed: memory 0.06 s scaled by 1.5, plus compute 0.1 s.
+  EXPECT_NEAR(lab::predicted_speedup_with_compute(8, 0.08, 0.02, 100.0, 150.0, 0.1), 8.0 * 0.08 / (0.09 + 0.1), 1e-12);
+  // Never above the byte model when compute grows at least as fast as the rows.
+  for (int64_t B : {2, 4, 8}) {
+    const double bytes_b = 100.0 + 10.0 * double(B);
+    EXPECT_LE(lab::predicted_speedup_with_compute(B, 0.05, 0.01, 110.0, bytes_b, 0.01 * double(B)),
+              double(B) * 110.0 / bytes_b + 1e-12);
+  }
+}
+
+TEST(BenchBatchModel, ProbeRatesTheBackendsOwnMatmul) {
+  auto backend = make_backend(BackendOptions{Device::kCpu, 2});
+  ASSERT_TRUE(backend.ok()) << backend.status().message();
+  const int64_t N = 300, K = 257;  // an odd K: the kernel's tail path is part of what is timed
+  std::vector<uint16_t> w(size_t(N * K), 0x3f80);  // bf16 1.0
+  const Matrix m{DType::kBF16, w.data(), N, K};
+  lab::MatmulRateProbe probe(*backend.value(), m, size_t(64) << 10);
+  EXPECT_EQ(probe.matrix().rows, int64_t((64 << 10) / (K * 2)));  // sliced to the byte cap
+  EXPECT_EQ(probe.matrix().cols, K);
+  const double r1 = probe.macs_per_second(1, 2), r3 = probe.macs_per_second(3, 2);
+  EXPECT_TRUE(std::isfinite(r1) && r1 > 1e6) << r1;  // at least a million multiply-adds a second
+  EXPECT_TRUE(std::isfinite(r3) && r3 > 1e6) << r3;
+  EXPECT_EQ(probe.macs_per_second(3), r3);  // memoised: one measurement per row count
+}
+
+TEST(BenchBatchModel, ProbeMatricesOfAMoeModel) {
+  const std::string dir = test::temp_dir("probe_moe");
+  std::string out;
+  ASSERT_EQ(test::run_command(test::weft_binary() + " synth --preset tiny -q --force -o " + dir, &out), 0) << out;
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  const ModelWeights& w = model.value()->weights();
+  const lab::ProbeMatrices p = lab::probe_matrices(w);
+  ASSERT_NE(p.expert, nullptr);
+  ASSERT_NE(p.dense, nullptr);
+  int first_moe = 0;
+  while (w.layers[size_t(first_moe)].ffn_kind != FfnKind::kMoe) ++first_moe;
+  EXPECT_EQ(p.expert, &w.layers[size_t(first_moe)].ffn.experts[0].gate_proj);
+  const FfnWeights& f = w.layers[size_t(first_moe)].ffn;
+  EXPECT_EQ(p.dense, f.has_shared_expert ? &f.shared_expert.gate_proj : p.expert);
+}
+
+TEST(BenchCli, BatchedDecodeReportsBothPredictions) {
+  std::string text;
+  ASSERT_EQ(test::run_command(bench_cmd("--ctx 64 --arms f16 --gen 2 --repeats 2 --batch 2 --json"), &text), 0) << text;
+  auto j = nlohmann::json::parse(text);
+  const auto& points = j["depths"][0]["batch"]["f16"];
+  ASSERT_EQ(points.size(), 2u);  // batch 1 is added first
+  EXPECT_EQ(points[0]["batch"], 1);
+  EXPECT_DOUBLE_EQ(points[0]["speedup_predicted_with_compute"].get<double>(), 1.0);
+  for (const auto& p : points) {
+    EXPECT_GT(p["compute_seconds_per_step"].get<double>(), 0.0);
+    const double with_compute = p["speedup_predicted_with_compute"].get<double>();
+    EXPECT_TRUE(std::isfinite(with_compute) && with_compute > 0) << p.dump();
+  }
+  EXPECT_TRUE(j["depths"][0]["batch_compute_probe"].is_string());
 }
 
 TEST(BenchCli, BaselineIsF16WhereverItSits) {

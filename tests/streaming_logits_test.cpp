@@ -21,12 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using test::read_bytes;
 
 std::string fixture_dir(const std::string& name) { return test::source_dir() + "/tests/data/fixtures/" + name; }
 

@@ -4,12 +4,14 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 
 #include "io/safetensors.h"
+#include "model/model.h"
 #include "model/synth.h"
 #include "nlohmann/json.hpp"
 #include "test_util.h"
@@ -170,6 +172,37 @@ TEST(Synth, SameSeedSameBytesDifferentSeedDifferent) {
   EXPECT_EQ(a.size(), c.size());
   EXPECT_NE(a, c);
   EXPECT_EQ(read_all(root + "/a/config.json"), read_all(root + "/c/config.json"));
+  fs::remove_all(root);
+}
+
+// The in-memory model (bench --synthetic on a GPU: no disk) is the written model: same config,
+// same tensors with the same bytes, and it binds like a checkpoint.
+TEST(Synth, InMemoryEqualsWritten) {
+  const std::string root = test::temp_dir("synth-mem");
+  auto spec = synth_preset("qwen3.5-35b-a3b");
+  ASSERT_TRUE(spec.ok());
+  SynthOverrides o;
+  o.layers = 4, o.experts = 8, o.vocab = 1000, o.hidden = 256;
+  ASSERT_TRUE(synth_apply_overrides(&spec.value(), o).ok());
+  ASSERT_TRUE(synth_write(*spec, root + "/m").ok());
+  auto mem = synth_in_memory(*spec, 2);
+  ASSERT_TRUE(mem.ok()) << mem.status().message();
+  std::vector<SafetensorsFile> files;
+  std::map<std::string, const TensorView*> written;
+  load_dir(root + "/m", &files, &written);
+  ASSERT_EQ(written.size(), mem.value()->tensors().size());
+  for (const auto& [name, view] : written) {
+    const TensorView* m = mem.value()->find(name);
+    ASSERT_NE(m, nullptr) << name;
+    EXPECT_EQ(m->dtype, view->dtype) << name;
+    EXPECT_EQ(m->shape, view->shape) << name;
+    ASSERT_EQ(m->nbytes, view->nbytes) << name;
+    EXPECT_EQ(std::memcmp(m->data, view->data, view->nbytes), 0) << name;
+  }
+  EXPECT_EQ(mem.value()->config(), read_json(root + "/m/config.json"));
+  auto model = Model::load(std::move(mem.value()));
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  EXPECT_EQ(model.value()->config().num_hidden_layers, 4);
   fs::remove_all(root);
 }
 

@@ -11,5 +11,7 @@ std::string shared_dir();             // ../shared beside the repo (may be absen
 std::string temp_dir(const std::string& tag);  // a fresh empty directory under /tmp
 // Runs a shell command; returns its exit status and captures stdout+stderr into *output.
 int run_command(const std::string& cmd, std::string* output);
+// The whole file at path, byte for byte ("" when it cannot be read).
+std::string read_bytes(const std::string& path);
 
 }  // namespace weft::test

@@ -3,12 +3,14 @@
 // Reports the bytes the kernel must read (K and V at their storage type) over the kernel time
 // (CUDA events around split + merge, median of repeats, L2 flushed before each repeat), against
 // the device-to-device copy bandwidth measured in the same run ((read + write bytes) / time),
-// as a Markdown table with the q8_0/f16 and q4_0/f16 time ratios. Every repeat is queued behind
+// as a Markdown table with the q8_0/f16 and q4_0/f16 time ratios (default kernel per KV type),
+// and the times of both tiled kernels forced (dim-parallel: attention_split.cu, the f16 kernel and
+// the quantized one before; key-parallel: attention_keys.cu) on the same cache in the same run. Every repeat is queued behind
 // its L2 flush before anything is waited for, so the events time the GPU work, not the host's
 // launch overhead (as in a decode step captured in a CUDA graph).
 // --sweep adds a table of launch shapes (cuda::detail::SplitTuning) at 32K and 128K.
 //
-//   attention_cuda_bench [--repeats N] [--max-depth TOKENS] [--verify T] [--sweep]
+//   attention_cuda_bench [--repeats N] [--max-depth TOKENS] [--verify T] [--sweep] [--type f16|q8_0|q4_0]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -121,6 +123,7 @@ const char* type_name(DType t) { return t == DType::kF16 ? "f16" : t == DType::k
 int main(int argc, char** argv) {
   int repeats = 31, verify_T = 0;
   bool sweep = false;
+  std::string only_type;
   int64_t max_depth = 256 * 1024;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -141,8 +144,17 @@ int main(int argc, char** argv) {
     else if (a == "--max-depth") max_depth = next();
     else if (a == "--verify") verify_T = int(next());
     else if (a == "--sweep") sweep = true;
+    else if (a == "--type" && i + 1 < argc) {
+      only_type = argv[++i];
+      if (only_type != "f16" && only_type != "q8_0" && only_type != "q4_0") {
+        std::fprintf(stderr, "attention_cuda_bench: --type must be f16, q8_0 or q4_0\n");
+        return 2;
+      }
+    }
     else {
-      std::fprintf(stderr, "usage: attention_cuda_bench [--repeats N] [--max-depth TOKENS] [--verify T] [--sweep]\n");
+      std::fprintf(stderr,
+                   "usage: attention_cuda_bench [--repeats N] [--max-depth TOKENS] [--verify T] [--sweep] "
+                   "[--type f16|q8_0|q4_0]\n");
       return 2;
     }
   }
@@ -195,10 +207,12 @@ int main(int argc, char** argv) {
               "median of %d, L2 flushed by a read\n\n",
               prop.name, prop.multiProcessorCount, (long long)n_heads, (long long)n_kv, (long long)hd, T, repeats);
   std::printf("Device-to-device copy bandwidth (read + write): %.0f GB/s\n\n", copy_gbs);
-  std::printf("| depth | KV type | KV bytes read (MiB) | time (µs) | GB/s | %% of copy BW | time / f16 |\n");
-  std::printf("|---:|---|---:|---:|---:|---:|---:|\n");
+  std::printf("| depth | KV type | KV bytes read (MiB) | time (µs) | GB/s | %% of copy BW | time / f16 | "
+              "dim-parallel kernel (µs) | key-parallel kernel (µs) |\n");
+  std::printf("|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int ti = 0; ti < 3; ++ti) {
     const DType t = types[ti];
+    if (!only_type.empty() && only_type != type_name(t)) continue;
     // One layer of `cap` tokens in device pages, filled with the GPU append from random rows.
     KvLayerView view;
     view.n_kv_heads = n_kv;
@@ -239,38 +253,56 @@ int main(int argc, char** argv) {
       ck(cudaMalloc(&ws, std::max<size_t>(cuda::attention_workspace_bytes(&c, 1), 1)), "malloc ws");
       const double t_us = time_us(stream, src, size_t(256) << 20, repeats, [&] { cuda::attention(&c, 1, ws, stream); });
       ck(cudaGetLastError(), "attention");
+      // The same call on each tiled kernel (same workspace: both write the same partials).
+      const cuda::detail::SplitTuning saved = cuda::detail::split_tuning();
+      double forced_us[2];
+      for (int keys = 0; keys < 2; ++keys) {
+        cuda::detail::SplitTuning f = saved;
+        f.keys_quant = f.keys_f16 = keys == 1;
+        cuda::detail::set_split_tuning(f);
+        forced_us[keys] = time_us(stream, src, size_t(256) << 20, repeats, [&] { cuda::attention(&c, 1, ws, stream); });
+      }
+      cuda::detail::set_split_tuning(saved);
       const double bytes = double(depth) * double(n_kv) * double(view.k_row_bytes + view.v_row_bytes);
       const double gbs = bytes / (t_us * 1e-6) / 1e9;
       us[{depth, ti}] = t_us;
       char ratio[32] = "1.00";
       if (ti > 0) std::snprintf(ratio, sizeof ratio, "%.2f", t_us / us[{depth, 0}]);
-      std::printf("| %lldK | %s | %.1f | %.1f | %.0f | %.0f%% | %s |\n", (long long)(depth / 1024), type_name(t),
-                  bytes / 1048576.0, t_us, gbs, 100.0 * gbs / copy_gbs, ratio);
+      std::printf("| %lldK | %s | %.1f | %.1f | %.0f | %.0f%% | %s | %.1f | %.1f |\n", (long long)(depth / 1024),
+                  type_name(t), bytes / 1048576.0, t_us, gbs, 100.0 * gbs / copy_gbs, ratio, forced_us[0],
+                  forced_us[1]);
       std::fflush(stdout);
       ck(cudaFree(ws), "free");
     }
     if (sweep) {
-      // Launch shapes: default; four warps; one block per SM with the deepest pipeline; four
-      // blocks per SM (shorter runs of splits); a two-stage pipeline.
+      // Launch shapes: default; the key-parallel kernel, with the deepest ring (fewer blocks per
+      // SM), with runs of splits for 2 blocks per SM, with a 2-stage ring; the dim-parallel
+      // kernel, with four warps, without direct fragments.
       struct Shape {
         const char* name;
         cuda::detail::SplitTuning t;
       };
       const cuda::detail::SplitTuning d = cuda::detail::split_tuning();
       std::vector<Shape> shapes = {{"default", d}};
-      shapes.push_back({"4 warps", d});
-      shapes.back().t.wide = false;
-      shapes.push_back({"1 block/SM, 220 KiB", d});
-      shapes.back().t.smem_target = 220 * 1024;
-      shapes.back().t.blocks_per_sm = 1;
-      shapes.push_back({"4 blocks/SM", d});
-      shapes.back().t.blocks_per_sm = 4;
-      shapes.push_back({"2 stages", d});
+      shapes.push_back({"key-parallel kernel", d});
+      shapes.back().t.keys_quant = shapes.back().t.keys_f16 = true;
+      shapes.push_back({"key-parallel, 4 stages, 227 KiB", d});
+      shapes.back().t.keys_quant = shapes.back().t.keys_f16 = true;
+      shapes.back().t.keys_smem_target = 227 * 1024;
+      shapes.push_back({"key-parallel, runs for 2 blocks/SM", d});
+      shapes.back().t.keys_quant = shapes.back().t.keys_f16 = true;
+      shapes.back().t.keys_blocks_per_sm = 2;
+      shapes.push_back({"key-parallel, 2 stages", d});
+      shapes.back().t.keys_quant = shapes.back().t.keys_f16 = true;
       shapes.back().t.max_stages = 2;
-      shapes.push_back({"no direct fragments", d});  // quantized K/V through an f16 tile
+      shapes.push_back({"dim-parallel kernel", d});
+      shapes.back().t.keys_quant = shapes.back().t.keys_f16 = false;
+      shapes.push_back({"dim-parallel, 4 warps", d});
+      shapes.back().t.keys_quant = shapes.back().t.keys_f16 = false;
+      shapes.back().t.wide = false;
+      shapes.push_back({"dim-parallel, no direct fragments", d});  // quantized K/V through an f16 tile
+      shapes.back().t.keys_quant = shapes.back().t.keys_f16 = false;
       shapes.back().t.direct = false;
-      shapes.push_back({"3 blocks/SM", d});
-      shapes.back().t.blocks_per_sm = 3;
       for (int64_t depth : {int64_t(32768), int64_t(131072)}) {
         if (depth > cap) continue;
         AttentionCall c;
@@ -299,7 +331,8 @@ int main(int argc, char** argv) {
     ck(cudaFree(pool), "free");
   }
   std::printf("\nTime ratios (lower is faster): ");
-  for (int64_t depth : depths)
+  if (only_type.empty())
+    for (int64_t depth : depths)
     std::printf("%lldK q8_0/f16 %.2f q4_0/f16 %.2f; ", (long long)(depth / 1024), us[{depth, 1}] / us[{depth, 0}],
                 us[{depth, 2}] / us[{depth, 0}]);
   std::printf("\n");

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -133,6 +134,17 @@ struct GdnCall {
   bool chunked = false;
 };
 
+// Memory bandwidth of a backend's own memory (a GPU's DRAM), as the lab's roofline denominator
+// for decodes on that backend. Bytes counted as STREAM counts them (a copy moves 2 x its size).
+struct DeviceBandwidth {
+  double copy_gb_s = 0;     // device-to-device copy, best trial
+  double read_gb_s = 0;     // a read-only pass with 16-byte loads, best trial
+  size_t buffer_bytes = 0;  // per array
+  size_t cache_bytes = 0;   // the device's last-level cache (the fits-in-cache test)
+  int trials = 0;
+  std::string kernel;       // e.g. "cuda"
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -146,12 +158,24 @@ class Backend {
   // "cpu" or "cuda": where the ops run.
   virtual const char* device() const { return "cpu"; }
 
+  // Measures the bandwidth of this backend's memory with arrays of at least `bytes` (raised so
+  // they dwarf the device's cache), best of `trials`. nullopt for a host backend: its memory is
+  // the host's, which lab/bandwidth.h measures with the backend's own threads.
+  virtual std::optional<DeviceBandwidth> device_bandwidth(size_t bytes, int trials) { return std::nullopt; }
+
   // ---- Weights ----
   // forward() calls bind_weights once per model (key: that model's weights) before the first op
   // that reads them. A host backend reads weights in place (nothing to do); a device backend
   // uploads them here and fails with a clear error for types it cannot compute with yet.
   virtual bool has_weights(const void* key) const { return true; }
   virtual Status bind_weights(const void* key, const WeightSet& weights) { return Status(); }
+
+  // ---- Forward passes ----
+  // forward() brackets the ops of each call with these (rows: the call's total rows). A device
+  // backend may defer the launches in between and replay them as a graph; host arrays handed to
+  // ops are still read before each op returns, and results reach the host in copy_to_host.
+  virtual void begin_forward(int64_t rows) {}
+  virtual void end_forward() {}
 
   // ---- Memory ----
   // The scratch buffer of `role` with room for n floats (contents undefined). Valid until the

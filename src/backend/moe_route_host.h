@@ -1,7 +1,7 @@
 // MoE routing computed on the host: softmax, top-k (ties to the lower id), optional
 // renormalisation, then the counting sort of the (row, expert) slots by expert. The CPU backend
-// routes with it in place; the CUDA backend copies the router logits to the host and routes with
-// it too, so both backends choose the same experts with the same weights for the same logits.
+// routes with it in place; the CUDA backend routes on the device with the same function
+// (kernels/cuda/moe_route.cuh), which tests/backend_cuda_test.cu checks against this one.
 #pragma once
 
 #include <cstdint>

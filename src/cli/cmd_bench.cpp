@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 #include "cli/command.h"
 #include "cli/common.h"
 #include "lab/bench.h"
+#include "model/model.h"
 #include "model/synth.h"
 
 namespace weft::cli {
@@ -52,30 +54,35 @@ std::string cache_root() {
   return "/tmp/weft";
 }
 
-// Writes the synthetic model once per spec (config + seed + dtype) and returns its directory.
-Result<std::string> synthetic_dir(const std::string& preset, const SynthOverrides& o, std::string* label) {
+// The spec of --synthetic with its overrides, and the label bench prints for it.
+Result<SynthSpec> synthetic_spec(const std::string& preset, const SynthOverrides& o, std::string* label) {
   auto spec = synth_preset(preset);
   if (!spec.ok()) return spec.status();
   WEFT_RETURN_IF_ERROR(synth_apply_overrides(&spec.value(), o));
   WEFT_RETURN_IF_ERROR(synth_validate(spec.value()));
-  const std::string key = synth_config_json(spec.value()).dump() + "|seed=" + std::to_string(spec->seed) +
-                          "|dtype=" + dtype_name(spec->dtype);
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)fnv1a(key));
-  const std::string dir = cache_root() + "/synth-" + hex;
   *label = "synthetic " + preset;
   if (o.layers > 0) *label += " --layers " + std::to_string(o.layers);
   if (o.experts > 0) *label += " --experts " + std::to_string(o.experts);
   if (o.vocab > 0) *label += " --vocab " + std::to_string(o.vocab);
   if (o.hidden > 0) *label += " --hidden " + std::to_string(o.hidden);
+  return spec;
+}
+
+// Writes the synthetic model once per spec (config + seed + dtype) and returns its directory.
+Result<std::string> synthetic_dir(const SynthSpec& spec, const std::string& label) {
+  const std::string key = synth_config_json(spec).dump() + "|seed=" + std::to_string(spec.seed) +
+                          "|dtype=" + dtype_name(spec.dtype);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)fnv1a(key));
+  const std::string dir = cache_root() + "/synth-" + hex;
   if (!fs::exists(dir + "/config.json")) {
     std::error_code ec;
     fs::create_directories(cache_root(), ec);
-    std::fprintf(stderr, "weft: writing the synthetic model (%s) to %s\n", label->c_str(), dir.c_str());
+    std::fprintf(stderr, "weft: writing the synthetic model (%s) to %s\n", label.c_str(), dir.c_str());
     SynthWriteOptions wo;
     wo.force = true;
     wo.progress = true;
-    WEFT_RETURN_IF_ERROR(synth_write(spec.value(), dir, wo));
+    WEFT_RETURN_IF_ERROR(synth_write(spec, dir, wo));
   } else {
     std::fprintf(stderr, "weft: using the cached synthetic model %s\n", dir.c_str());
   }
@@ -97,7 +104,11 @@ int run_bench_cmd(int argc, char** argv) {
   int repeats = -1, gen = -1;
   int64_t bw_mib = 512;
   app.add_option("-m,--model", model_dir, "model directory (HF format); default: the built-in model");
-  auto* syn = app.add_option("--synthetic", synthetic, "bench a random-weight model of a preset geometry (cached)");
+  auto* syn = app.add_option("--synthetic", synthetic, "bench a random-weight model of a preset geometry (cached "
+                                                       "on disk; generated in memory with --device cuda)");
+  bool memory = false;
+  app.add_flag("--in-memory", memory, "synthetic: generate the model in memory, not in the disk cache (the default "
+                                      "with --device cuda)");
   syn->excludes(app.get_option("--model"));
   app.add_option("--layers", ov.layers, "synthetic: layers (every 4th is full attention)");
   app.add_option("--experts", ov.experts, "synthetic: routed experts");
@@ -130,9 +141,9 @@ int run_bench_cmd(int argc, char** argv) {
   auto dev = resolve_device(device);
   if (!dev.ok()) return fail(dev.status());
   o.device = dev.value();
-  const bool synthetic_flags = ov.layers > 0 || ov.experts > 0 || ov.vocab > 0 || ov.hidden > 0;
+  const bool synthetic_flags = ov.layers > 0 || ov.experts > 0 || ov.vocab > 0 || ov.hidden > 0 || memory;
   if (synthetic_flags && synthetic.empty()) {
-    std::fprintf(stderr, "weft bench: --layers/--experts/--vocab/--hidden need --synthetic\n");
+    std::fprintf(stderr, "weft bench: --layers/--experts/--vocab/--hidden/--in-memory need --synthetic\n");
     return 2;
   }
   const bool builtin = model_dir.empty() && synthetic.empty();
@@ -156,10 +167,23 @@ int run_bench_cmd(int argc, char** argv) {
   }
 
   std::string label;
+  std::unique_ptr<ModelFiles> in_memory;
   if (!synthetic.empty()) {
-    auto d = synthetic_dir(synthetic, ov, &label);
-    if (!d.ok()) return fail(d.status());
-    model_dir = d.value();
+    auto spec = synthetic_spec(synthetic, ov, &label);
+    if (!spec.ok()) return fail(spec.status());
+    if (memory || o.device == Device::kCuda) {
+      // No disk: the full 35B-A3B geometry (70 GB bf16) fits the GPU and host memory, not the
+      // GPU machine's disk.
+      if (!quiet) std::fprintf(stderr, "weft: generating the synthetic model (%s) in memory\n", label.c_str());
+      auto files = synth_in_memory(spec.value());
+      if (!files.ok()) return fail(files.status());
+      in_memory = std::move(files.value());
+      label += " (in memory)";
+    } else {
+      auto d = synthetic_dir(spec.value(), label);
+      if (!d.ok()) return fail(d.status());
+      model_dir = d.value();
+    }
   } else {
     if (model_dir.empty()) {
       auto d = default_model_dir();
@@ -169,7 +193,7 @@ int run_bench_cmd(int argc, char** argv) {
     label = fs::path(model_dir).lexically_normal().filename().string();
     if (label.empty()) label = model_dir;
   }
-  auto model = Model::load(model_dir);
+  auto model = in_memory ? Model::load(std::move(in_memory)) : Model::load(model_dir);
   if (!model.ok()) return fail(model.status());
   if (Status s = check_bench_context(model.value()->config(), o.depths, o.gen, o.ceiling_only ? std::vector<DType>{DType::kF16} : o.arms); !s.ok()) return fail(s);
   auto result = lab::run_bench(*model.value(), label, o);

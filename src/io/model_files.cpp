@@ -82,6 +82,19 @@ const TensorView* ModelFiles::find(const std::string& name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
+std::unique_ptr<ModelFiles> ModelFiles::in_memory(std::string label, nlohmann::json config,
+                                                  nlohmann::json generation_config,
+                                                  std::unordered_map<std::string, TensorView> tensors,
+                                                  std::vector<std::unique_ptr<uint8_t[]>> memory) {
+  auto f = std::unique_ptr<ModelFiles>(new ModelFiles());
+  f->dir_ = std::move(label);
+  f->config_ = std::move(config);
+  f->generation_config_ = std::move(generation_config);
+  f->tensors_ = std::move(tensors);
+  f->memory_ = std::move(memory);
+  return f;
+}
+
 uint64_t ModelFiles::total_bytes() const {
   uint64_t n = 0;
   for (const auto& [name, view] : tensors_) n += view.nbytes;

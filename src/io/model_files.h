@@ -9,6 +9,7 @@
 // binding is one code path for both formats. The one difference left is norms_plus_one_folded().
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -31,6 +32,13 @@ class ModelFiles {
   static Result<std::unique_ptr<ModelFiles>> open_gguf(const std::string& path);
   // True for a path that names a regular file starting with the GGUF magic.
   static bool is_gguf(const std::string& path);
+  // A model that lives in memory, not in files (synthetic weights: `weft bench --synthetic` on a
+  // GPU, where a 70 GB model need not touch the disk). `tensors` view `memory`, which the
+  // ModelFiles keeps; `label` stands for the directory in messages.
+  static std::unique_ptr<ModelFiles> in_memory(std::string label, nlohmann::json config,
+                                               nlohmann::json generation_config,
+                                               std::unordered_map<std::string, TensorView> tensors,
+                                               std::vector<std::unique_ptr<uint8_t[]>> memory);
 
   const std::string& dir() const { return dir_; }
   const nlohmann::json& config() const { return config_; }
@@ -58,6 +66,7 @@ class ModelFiles {
   std::unordered_map<std::string, TensorView> tensors_;
   std::unique_ptr<GgufFile> gguf_;
   std::vector<std::vector<uint8_t>> owned_;  // tensors reordered out of the GGUF layout
+  std::vector<std::unique_ptr<uint8_t[]>> memory_;  // the tensors of an in-memory model
   bool norms_plus_one_folded_ = false;
   std::unordered_map<std::string, std::vector<int64_t>> input_head_orders_;
 };

@@ -29,7 +29,7 @@ struct BandwidthResult {
   double gb_s = 0;          // max(copy, triad, read): the roofline's bandwidth
   size_t buffer_bytes = 0;  // per array (3 arrays), after the floor of probe_array_bytes
   size_t llc_bytes = 0;     // last-level cache of cpu0 (0: unknown)
-  const char* read_kernel = "scalar";  // "avx2" or "scalar"
+  const char* read_kernel = "scalar";  // "avx2" or "scalar"; "cuda" for a GPU's own probe (no triad)
   int threads = 0;
   int trials = 0;
 };

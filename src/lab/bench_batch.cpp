@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstring>
 
 #include "engine/engine.h"
+#include "lab/compute_probe.h"
 
 namespace weft::lab {
 
@@ -15,7 +18,49 @@ int32_t argmax_of(const std::vector<float>& x) {
   return int32_t(std::max_element(x.begin(), x.end()) - x.begin());
 }
 
+// The compute side of the batch model (lab/bench_batch.h), after the timed runs so the probe's
+// cache traffic cannot disturb them.
+void add_compute_side(Backend& backend, const Model& model, const Footprint& fp, int64_t depth, BatchArm& arm) {
+  const ModelConfig& c = model.config();
+  const ProbeMatrices m = probe_matrices(model.weights());
+  const Matrix* dense_m = m.dense ? m.dense : &model.weights().lm_head;
+  MatmulRateProbe dense(backend, *dense_m);
+  MatmulRateProbe expert(backend, m.expert ? *m.expert : *dense_m);
+  const double p_routed = double(fp.active_routed_expert_params);
+  const double p_dense = double(fp.active_params) - p_routed +
+                         double(c.num_full_attention_layers() * c.num_attention_heads * c.head_dim) * double(depth) * 2.0;
+  auto compute_seconds = [&](const BatchPoint& pt) {
+    const double B = double(pt.batch);
+    double secs = B * p_dense / dense.macs_per_second(pt.batch);
+    if (p_routed > 0 && pt.experts_touched > 0) {
+      // Rows per touched (layer, expert) pair: B · k · MoE layers over the pairs touched.
+      const double rows = B * double(c.num_experts_per_tok) * double(fp.moe_layers) / pt.experts_touched;
+      secs += B * p_routed / expert.macs_per_second(std::max<int64_t>(1, std::llround(rows)));
+    }
+    return secs;
+  };
+  for (BatchPoint& pt : arm.points) pt.compute_seconds_per_step = compute_seconds(pt);
+  const BatchPoint& one = arm.points.front();
+  const double t1 = 1.0 / one.aggregate.median;  // seconds per step at B = 1
+  for (BatchPoint& pt : arm.points)
+    pt.predicted_speedup_with_compute =
+        predicted_speedup_with_compute(pt.batch, t1, one.compute_seconds_per_step, double(one.bytes_per_step),
+                                       double(pt.bytes_per_step), pt.compute_seconds_per_step);
+  arm.compute_probed = true;
+  arm.probe = std::string(dtype_name(dense_m->dtype)) + " " + std::to_string(dense.matrix().rows) + "x" +
+              std::to_string(dense.matrix().cols) + " (dense rows)";
+  if (m.expert)
+    arm.probe += ", " + std::string(dtype_name(m.expert->dtype)) + " " + std::to_string(expert.matrix().rows) + "x" +
+                 std::to_string(expert.matrix().cols) + " (expert rows)";
+}
+
 }  // namespace
+
+double predicted_speedup_with_compute(int64_t batch, double t1, double c1, double bytes_1, double bytes_b,
+                                      double c_b) {
+  const double memory = std::max(0.0, t1 - c1) * bytes_b / bytes_1;
+  return double(batch) * t1 / (memory + c_b);
+}
 
 Result<BatchArm> run_batch_arm(const Model& model, const ModelState& prefilled, int32_t first, DType type,
                                int64_t depth, const Footprint& fp, const BatchRunOptions& o) {
@@ -87,6 +132,7 @@ Result<BatchArm> run_batch_arm(const Model& model, const ModelState& prefilled, 
     pt.predicted_speedup = double(pt.batch) * double(one.bytes_per_step) / double(pt.bytes_per_step);
     pt.measured_speedup = pt.aggregate.median / one.aggregate.median;
   }
+  if (std::strcmp(engine.backend().device(), "cpu") == 0) add_compute_side(engine.backend(), model, fp, depth, arm);
   return arm;
 }
 

@@ -11,9 +11,21 @@
 //   e        = bytes of one routed expert of one layer;  KV_t(d), G as in lab/bench.h.
 // Prediction: aggregate tok/s(B) = aggregate tok/s(1) · B · bytes(1) / bytes(B), the speed-up of
 // a decode that stays memory bound; the report shows measured vs predicted.
+//
+// Compute side (CPU only; lab/compute_probe.h): a step of B rows also performs B times a row's
+// multiply-adds, MAC(B) = B · (P_dense + A(d)) + B · P_routed, where P_dense = active parameters
+// outside the routed experts (output head included), P_routed = the top-k experts' parameters,
+// A(d) = full-attention layers · query heads · head_dim · d · 2 (scores and values). At the
+// backend matmul's measured rate r(T) for T rows (on the model's own weights, in cache):
+//   C(B) = B · (P_dense + A(d)) / r(B) + B · P_routed / r(rows per touched expert)
+// Second prediction, for a machine whose cores both stream the weights and run the FMAs (no
+// overlap): t(B) = (t(1) − C(1)) · bytes(B) / bytes(1) + C(B), with t(1) the measured step time
+// at B = 1; speed-up B · t(1) / t(B). The byte model is the other limit (compute overlapped
+// completely), so a measured speed-up between the two is what the machine allows.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
@@ -34,11 +46,16 @@ struct BatchPoint {
   uint64_t bytes_per_step = 0;           // bytes(B) of the byte model
   double predicted_speedup = 1;          // B · bytes(1) / bytes(B)
   double measured_speedup = 1;           // aggregate median / aggregate median at B = 1
+  // Compute side (0 when not probed: a device other than the CPU).
+  double compute_seconds_per_step = 0;   // C(B)
+  double predicted_speedup_with_compute = 0;  // B · t(1) / ((t(1) − C(1)) · bytes(B)/bytes(1) + C(B))
 };
 
 struct BatchArm {
   DType type = DType::kF16;
   std::vector<BatchPoint> points;        // in the order of the batch sizes (1 first)
+  bool compute_probed = false;           // the compute side was measured (CPU backend)
+  std::string probe;                     // which matrices and dtype the rates come from
 };
 
 struct BatchRunOptions {
@@ -49,6 +66,12 @@ struct BatchRunOptions {
   Device device = Device::kCpu;
   int64_t page_tokens = 256;
 };
+
+// The second prediction of the header comment: B · t1 / ((t1 − c1) · bytes_b / bytes_1 + c_b), where
+// t1 is the measured step time at B = 1, c1 / c_b the compute seconds per step at 1 and B rows;
+// t1 − c1 is floored at 0 (a step that is compute bound already at B = 1).
+double predicted_speedup_with_compute(int64_t batch, double t1, double c1, double bytes_1, double bytes_b,
+                                      double c_b);
 
 // Decodes the batch sizes of `o` from `prefilled` (its KV rows and GDN state at `depth`; `first`
 // is the token the prefill predicts), interleaving the batch sizes within each repeat.

@@ -4,6 +4,7 @@
 // KV bytes of the byte model next to the resident bytes measured from the process.
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "lab/bench.h"
 #include "lab/svg_plot.h"
@@ -29,6 +30,13 @@ std::string interval(const Interval& ci, const char* f) {
 std::string bandwidth_line(const BandwidthResult& b) {
   std::string llc = b.llc_bytes ? mib(double(b.llc_bytes)) : std::string("unknown");
   char buf[512];
+  if (std::strcmp(b.read_kernel, "cuda") == 0) {
+    std::snprintf(buf, sizeof buf,
+                  "bandwidth (GPU probe on the device's own memory: 2 x %s arrays, L2 %s, best of %d): copy %.2f GB/s "
+                  "(read + write), read %.2f GB/s -> roofline denominator %.2f GB/s (the better of the two)\n",
+                  mib(double(b.buffer_bytes)).c_str(), llc.c_str(), b.trials, b.copy_gb_s, b.read_gb_s, b.gb_s);
+    return buf;
+  }
   std::snprintf(buf, sizeof buf,
                 "bandwidth (in-process probe: 3 x %s arrays, last-level cache %s, %d threads, best of %d; "
                 "read pass %s): copy %.2f GB/s, triad %.2f GB/s, read %.2f GB/s -> roofline denominator "
@@ -51,7 +59,9 @@ nlohmann::json bench_json(const BenchResult& r) {
   const BandwidthResult& b = r.bandwidth;
   j["bandwidth_gb_s"] = b.gb_s;
   j["bandwidth"] = {{"copy_gb_s", b.copy_gb_s}, {"triad_gb_s", b.triad_gb_s}, {"read_gb_s", b.read_gb_s},
-                    {"roofline_gb_s", b.gb_s}, {"roofline_denominator", "max(copy, triad, read)"},
+                    {"roofline_gb_s", b.gb_s},
+                    {"roofline_denominator", std::strcmp(b.read_kernel, "cuda") == 0 ? "max(copy, read) of the GPU's memory"
+                                                                                      : "max(copy, triad, read)"},
                     {"read_kernel", b.read_kernel}, {"buffer_bytes", b.buffer_bytes}, {"llc_bytes", b.llc_bytes},
                     {"trials", b.trials}, {"threads", b.threads}};
   j["model"] = r.model;
@@ -126,8 +136,14 @@ nlohmann::json bench_json(const BenchResult& r) {
                             {"bytes_per_step_model", p.bytes_per_step},
                             {"speedup_measured", p.measured_speedup},
                             {"speedup_predicted", p.predicted_speedup},
-                            {"measured_over_predicted", p.measured_speedup / p.predicted_speedup}});
+                            {"measured_over_predicted", p.measured_speedup / p.predicted_speedup},
+                            {"compute_seconds_per_step", arm.compute_probed ? nlohmann::json(p.compute_seconds_per_step)
+                                                                           : nlohmann::json(nullptr)},
+                            {"speedup_predicted_with_compute", arm.compute_probed
+                                                                   ? nlohmann::json(p.predicted_speedup_with_compute)
+                                                                   : nlohmann::json(nullptr)}});
         e["batch"][dtype_name(arm.type)] = points;
+        if (arm.compute_probed) e["batch_compute_probe"] = arm.probe;
       }
     }
     depths.push_back(e);
@@ -205,18 +221,34 @@ std::string bench_markdown(const BenchResult& r) {
     s += "Batched decode: B sequences share the context and decode together (one forward call per step).\n\n"
          "| ctx | arm | batch | aggregate tok/s (median) | 95% CI | per-sequence tok/s | experts touched / step "
          "(measured) | bytes / step (batch byte model) | speed-up vs batch 1 (measured) | predicted (byte model) | "
-         "measured / predicted |\n|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|\n";
+         "measured / predicted | compute / step (ms) | predicted (bytes + compute) | measured / predicted (bytes + "
+         "compute) |\n|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+    std::string probe;
     for (const DepthResult& d : r.depths)
-      for (const BatchArm& arm : d.batch)
+      for (const BatchArm& arm : d.batch) {
+        if (arm.compute_probed) probe = arm.probe;
         for (const BatchPoint& p : arm.points) {
-          std::snprintf(buf, sizeof buf, "| %lld | %s | %lld | %.2f | [%.2f, %.2f] | %.2f | %.1f | %s | %.2f | %.2f | %.2f |\n",
+          std::snprintf(buf, sizeof buf, "| %lld | %s | %lld | %.2f | [%.2f, %.2f] | %.2f | %.1f | %s | %.2f | %.2f | %.2f |",
                         (long long)d.ctx, dtype_name(arm.type), (long long)p.batch, p.aggregate.median, p.aggregate.lo,
                         p.aggregate.hi, p.per_sequence_tok_s, p.experts_touched, mib(double(p.bytes_per_step)).c_str(),
                         p.measured_speedup, p.predicted_speedup, p.measured_speedup / p.predicted_speedup);
           s += buf;
+          if (arm.compute_probed)
+            std::snprintf(buf, sizeof buf, " %.1f | %.2f | %.2f |\n", p.compute_seconds_per_step * 1e3,
+                          p.predicted_speedup_with_compute, p.measured_speedup / p.predicted_speedup_with_compute);
+          else
+            std::snprintf(buf, sizeof buf, " does not apply | does not apply | does not apply |\n");
+          s += buf;
         }
+      }
     s += "\nbytes / step = shared weights + experts touched x one expert + B x (KV(d) + GDN state); predicted "
-         "speed-up = B x bytes(1) / bytes(B), a decode that stays memory bound.\n\n";
+         "speed-up (byte model) = B x bytes(1) / bytes(B), a decode that stays memory bound (its multiply-adds "
+         "free).\ncompute / step = B x (multiply-adds of a row) at the matmul kernel's rate for that many rows, "
+         "measured on the model's own weights held in cache";
+    if (!probe.empty()) s += " (" + probe + ")";
+    s += "; predicted (bytes + compute) = B x t(1) / ((t(1) - compute(1)) x bytes(B) / bytes(1) + compute(B)), "
+         "the same cores streaming and computing without overlap. The two predictions bracket what the machine "
+         "allows. CPU only: on a GPU the compute columns do not apply.\n\n";
   }
   if (!r.depths.empty() && r.depths[0].f16().tok_s_ci.coverage < 0.95)
     s += fmt("tok/s CI: with %.0f repeats the median interval is [min, max]", double(r.options.repeats)) +

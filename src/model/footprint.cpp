@@ -82,6 +82,7 @@ Footprint compute_footprint(const Model& model) {
   Footprint fp;
   fp.routed_expert_bytes = routed.bytes;
   fp.active_routed_expert_bytes = routed_active.bytes;
+  fp.active_routed_expert_params = routed_active.params;
   fp.moe_layers = moe_layers;
   fp.experts = c.num_experts;
   fp.total_params = total.params;

@@ -26,6 +26,7 @@ struct Footprint {
   // that active_weight_bytes includes.
   uint64_t routed_expert_bytes = 0;
   uint64_t active_routed_expert_bytes = 0;
+  int64_t active_routed_expert_params = 0;  // the top-k share of the routed experts' parameters
   int64_t moe_layers = 0;
   int64_t experts = 0;             // routed experts per MoE layer
   int64_t full_attention_layers = 0;

@@ -332,6 +332,7 @@ Status forward(const Model& model, Backend& be, std::span<const SequenceRows> ba
   rows.first = first.data();
   const int64_t R = rows.total, H = c.hidden_size, V = c.vocab_size;
   if (R == 0) return Status();
+  be.begin_forward(R);
 
   // RoPE tables for these rows' positions.
   rope_inv_freq(c, &inv_freq);
@@ -390,6 +391,7 @@ Status forward(const Model& model, Backend& be, std::span<const SequenceRows> ba
       done += n;
     }
   }
+  be.end_forward();
   for (const SequenceRows& seq : batch) seq.state->advance(seq.n);
   return Status();
 }

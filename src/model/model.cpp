@@ -176,11 +176,16 @@ class Binder {
 Result<std::unique_ptr<Model>> Model::load(const std::string& dir) {
   auto files = ModelFiles::is_gguf(dir) ? ModelFiles::open_gguf(dir) : ModelFiles::open(dir);
   if (!files.ok()) return files.status();
-  auto config = parse_model_config(files.value()->config(), files.value()->generation_config());
+  return load(std::move(files.value()));
+}
+
+Result<std::unique_ptr<Model>> Model::load(std::unique_ptr<ModelFiles> files) {
+  const std::string dir = files->dir();
+  auto config = parse_model_config(files->config(), files->generation_config());
   if (!config.ok()) return config.status().with_context(dir);
-  if (files.value()->norms_plus_one_folded()) config.value().norm_plus_one = false;  // stored as 1 + w
+  if (files->norms_plus_one_folded()) config.value().norm_plus_one = false;  // stored as 1 + w
   auto model = std::unique_ptr<Model>(new Model());
-  model->files_ = std::move(files.value());
+  model->files_ = std::move(files);
   model->config_ = std::move(config.value());
   const ModelConfig& c = model->config_;
   ModelWeights& w = model->weights_;

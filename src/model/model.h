@@ -26,6 +26,8 @@ class Model {
   // costs RAM instead of page cache); aligned tensors (every file weft or transformers writes)
   // stay zero-copy mmap views. Small vectors are read through memcpy and copied to f32 anyway.
   static Result<std::unique_ptr<Model>> load(const std::string& dir);
+  // The same binding for files already open (or a model in memory: ModelFiles::in_memory).
+  static Result<std::unique_ptr<Model>> load(std::unique_ptr<ModelFiles> files);
 
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }

@@ -1,6 +1,7 @@
 // Writes random-weight Hugging Face model directories of real Qwen3.5 / Qwen3-Next geometries.
 #include "model/synth.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -8,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <new>
+#include <unordered_map>
 
 #include "core/thread_pool.h"
 #include "io/safetensors.h"
@@ -384,6 +387,45 @@ int64_t synth_estimated_bytes(const SynthSpec& spec) {
   int64_t total = 0;
   for (const auto& t : synth_tensors(spec)) total += int64_t(dtype_bytes(spec.dtype, size_t(t.numel())));
   return total;
+}
+
+Result<std::unique_ptr<ModelFiles>> synth_in_memory(const SynthSpec& spec, int threads) {
+  WEFT_RETURN_IF_ERROR(synth_validate(spec));
+  const std::vector<SynthTensor> ts = synth_tensors(spec);
+  std::vector<std::unique_ptr<uint8_t[]>> memory;
+  std::unordered_map<std::string, TensorView> views;
+  struct Task {
+    size_t tensor;
+    int64_t chunk;
+  };
+  std::vector<Task> tasks;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const size_t bytes = dtype_bytes(spec.dtype, size_t(ts[i].numel()));
+    // new[] without value-init (see write_all); new[] of uint8_t is aligned for every dtype.
+    memory.emplace_back(new (std::nothrow) uint8_t[std::max<size_t>(bytes, 1)]);
+    if (!memory.back())
+      return Status::error("out of memory holding the synthetic model (" + std::to_string(bytes) + " bytes for " +
+                           ts[i].name + ")");
+    TensorView v;
+    v.dtype = spec.dtype;
+    v.shape = ts[i].shape;
+    v.data = memory.back().get();
+    v.nbytes = bytes;
+    views[ts[i].name] = v;
+    for (int64_t c = 0; c < ceil_div(ts[i].numel(), kChunk); ++c) tasks.push_back({i, c});
+  }
+  ThreadPool pool(threads);
+  pool.parallel_for(int64_t(tasks.size()), [&](int64_t k) {
+    const Task& task = tasks[size_t(k)];
+    const SynthTensor& t = ts[task.tensor];
+    fill_one_chunk(t.init, tensor_stream(spec.seed, t.name), spec.dtype, t.numel(), task.chunk,
+                   memory[task.tensor].get());
+  });
+  int64_t bos, eos;
+  synth_token_ids(spec, &bos, &eos);
+  nlohmann::json gen = {{"bos_token_id", bos}, {"eos_token_id", eos}, {"transformers_version", "5.17.0"}};
+  return ModelFiles::in_memory("synthetic " + spec.preset + " (in memory)", synth_config_json(spec), gen,
+                               std::move(views), std::move(memory));
 }
 
 void synth_fill(const SynthInit& init, uint64_t seed, const std::string& name, DType dtype,

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
+#include "io/model_files.h"
 #include "model/presets.h"
 #include "nlohmann/json.hpp"
 
@@ -50,6 +52,10 @@ struct SynthWriteOptions {
 // Refuses a non-empty `dir` unless options.force. Same spec (seed included) => same bytes.
 Status synth_write(const SynthSpec& spec, const std::string& dir,
                    const SynthWriteOptions& options = {});
+
+// The same model (same spec, same bytes as synth_write) held in memory instead of written: no
+// disk, host memory for every tensor. Bind it with Model::load(std::move(files)).
+Result<std::unique_ptr<ModelFiles>> synth_in_memory(const SynthSpec& spec, int threads = 0);
 
 // Fills out[0..n) with the values of `init` for the stream (seed, name): exposed for tests and
 // the throughput check. Deterministic regardless of threads (chunks are seeded by index).

@@ -155,13 +155,7 @@ void HttpServer::handle_chat(const httplib::Request& req, httplib::Response& res
     const uint64_t k = replies_used_++;
     g.forced = tokenizer_.encode(options_.test_replies[k % options_.test_replies.size()]);
   }
-  ReplyOptions ro;
-  ro.chat = true;
-  ro.id = next_id("chatcmpl");
-  ro.model = options_.model_name;
-  ro.created = int64_t(std::time(nullptr));
-  ro.include_usage = cr.sampling.include_usage;
-  ro.top_logprobs = cr.sampling.top_logprobs;
+  ReplyOptions ro = reply_options(true, cr.sampling);
   ro.parser.reasoning = true;
   ro.parser.starts_in_reasoning = prompt_opens_reasoning(rendered.value());
   ro.parser.tools = tools;
@@ -186,14 +180,18 @@ void HttpServer::handle_completion(const httplib::Request& req, httplib::Respons
   }
   GenerationRequest g = make_generation_request(std::move(ids), cr.sampling, defaults_, scheduler_.options().ctx,
                                                 options_.limits.max_tokens, next_seed());
+  run(std::move(g), reply_options(false, cr.sampling), cr.sampling.stream, res);
+}
+
+ReplyOptions HttpServer::reply_options(bool chat, const SamplingFields& sampling) {
   ReplyOptions ro;
-  ro.chat = false;
-  ro.id = next_id("cmpl");
+  ro.chat = chat;
+  ro.id = next_id(chat ? "chatcmpl" : "cmpl");
   ro.model = options_.model_name;
   ro.created = int64_t(std::time(nullptr));
-  ro.include_usage = cr.sampling.include_usage;
-  ro.top_logprobs = cr.sampling.top_logprobs;
-  run(std::move(g), std::move(ro), cr.sampling.stream, res);
+  ro.include_usage = sampling.include_usage;
+  ro.top_logprobs = sampling.top_logprobs;
+  return ro;
 }
 
 void HttpServer::run(GenerationRequest g, ReplyOptions reply, bool stream, httplib::Response& res) {

@@ -67,6 +67,8 @@ class HttpServer {
   void run(GenerationRequest g, ReplyOptions reply, bool stream, httplib::Response& res);
   std::string next_id(const char* prefix);
   uint64_t next_seed();
+  // The reply fields both endpoints share (id, model, created, usage and logprob options).
+  ReplyOptions reply_options(bool chat, const SamplingFields& sampling);
 
   Scheduler& scheduler_;
   const Tokenizer& tokenizer_;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one script for the GPU machine: configure, build the CUDA targets, run the CUDA tests and the
 # CUDA benches, print a summary table. Each step has its own time limit so a call stays well
-# inside the machine's 10-minute command limit.
+# inside the machine's 10-minute command limit. End to end on the 35B-A3B geometry (graphs on/off,
+# per-op profile, deeper and batched arms): tools/gpu/bench-moe.sh, after this script's build.
 #
 #   bash tools/gpu/check.sh [--tests-only] [--bench-args "..."]
 #

@@ -3,11 +3,16 @@
 //   * weights: a DeviceWeights upload (bind_weights), shared by the process's CUDA backends; ops
 //     are handed the model's host addresses and read the copies (DeviceWeights::translate);
 //   * scratch activations (buffer), KV pages and GDN state (allocator): device memory;
-//   * host arrays the model passes (token ids, positions, output rows, page tables): uploaded
-//     per call into small grow-only device arrays, in stream order;
-//   * MoE routing: the router logits are copied to the host and routed there with the CPU's
-//     code (same experts, same weights), the arrays uploaded; the grouped matmul then launches
-//     one matmul per expert that has rows.
+//   * host arrays the model passes (token ids, positions, output rows, page tables): staged in
+//     the GraphRecorder's pinned arena and copied to the device before the launches that read
+//     them;
+//   * MoE routing: on the device (kernels/cuda/moe_route.cuh: the CPU's routing function), so no
+//     step waits for the host; the routed experts' matmuls are one launch over the routing's
+//     token tiles (blocks of unused tiles return at once);
+//   * launches: inside a forward pass of at most kGraphRows rows (decode, verify), deferred and
+//     replayed as CUDA graphs by the GraphRecorder (graph_recorder.h); KV append and attention,
+//     whose arguments change every step, run between the graphs. WEFT_CUDA_GRAPHS=0 turns graphs
+//     off; WEFT_CUDA_PROFILE=1 does too (it times every op eagerly).
 // Determinism: every kernel states its reduction order (src/kernels/cuda/*.cuh); none depends on
 // the batch, the grid or timing, so the strict tier's invariances hold on the GPU as on the CPU.
 #include "backend/cuda/cuda_backend.h"
@@ -22,18 +27,22 @@
 #include <map>
 #include <memory>
 #include <new>
+#include <stdexcept>
+#include <utility>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/device_weights.h"
-#include "backend/moe_route_host.h"
+#include "backend/cuda/graph_recorder.h"
 #include "cache/kv_cache.h"
 #include "core/thread_pool.h"
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/bandwidth.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gdn.cuh"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/moe.cuh"
+#include "kernels/cuda/moe_route.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/rows.cuh"
 
@@ -80,11 +89,12 @@ struct DeviceArray {
   }
 };
 
-// Host arrays uploaded per call, one device array per purpose.
-enum class Up : int {
-  kIds, kPositions, kInvFreq, kRows, kKvPages, kAttnPages, kExpertBegin, kSortedSlot, kSlotPos, kSlotWeight,
-  kSlotExpert, kGroups, kCount
-};
+// Forward passes of at most this many rows are replayed as graphs (decode and verify steps);
+// prefill chunks, one-off shapes, run eagerly.
+constexpr int64_t kGraphRows = 64;
+
+// The device arrays of the last MoE routing, one per output of cuda::moe_route.
+enum class Route : int { kSlotExpert, kSlotWeight, kExpertBegin, kSortedSlot, kSlotPos, kTileExpert, kTileT0, kNTiles, kCount };
 
 // WEFT_CUDA_PROFILE=1: every op synchronises the stream after it and adds its wall time (launch +
 // GPU time + any host work it does) to a per-op total; the backend prints the table on exit. The
@@ -142,15 +152,29 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(int threads) : pool_(threads) {
     const char* prof = std::getenv("WEFT_CUDA_PROFILE");
     profile_.on = prof && *prof && std::string(prof) != "0";
+    const char* graphs = std::getenv("WEFT_CUDA_GRAPHS");
+    graphs_on_ = !profile_.on && !(graphs && std::string(graphs) == "0");
     WEFT_CUDA_CHECK(cudaSetDevice(0));
     WEFT_CUDA_CHECK(cudaStreamCreate(&stream_));
+    recorder_ = std::make_unique<GraphRecorder>(stream_);
+    WEFT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&touched_dev_), sizeof(long long)));
+    WEFT_CUDA_CHECK(cudaMemset(touched_dev_, 0, sizeof(long long)));
+    WEFT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&touched_host_), sizeof(long long)));
     cudaDeviceProp prop{};
     WEFT_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     name_ = std::string("cuda: ") + prop.name + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ")";
   }
   ~CudaBackend() override {
     profile_.print(name_);
+    if (std::getenv("WEFT_CUDA_GRAPH_STATS")) {
+      const GraphRecorder::Stats& g = recorder_->stats();
+      std::fprintf(stderr, "weft cuda graphs: %lld replays, %lld captures, %lld eager segments\n", (long long)g.replays,
+                   (long long)g.captures, (long long)g.eager_segments);
+    }
     cudaStreamSynchronize(stream_);
+    recorder_.reset();
+    cudaFree(touched_dev_);
+    cudaFreeHost(touched_host_);
     cudaStreamDestroy(stream_);
   }
 
@@ -159,103 +183,165 @@ class CudaBackend final : public Backend {
   ThreadPool& pool() override { return pool_; }
   const char* device() const override { return "cuda"; }
 
+  void begin_forward(int64_t rows) override { recorder_->begin(graphs_on_ && rows <= kGraphRows); }
+  void end_forward() override {
+    recorder_->end();
+    if (touched_stale_) {  // a forward pass without logits: read the routing counter here
+      WEFT_CUDA_CHECK(cudaMemcpyAsync(touched_host_, touched_dev_, sizeof(long long), cudaMemcpyDeviceToHost, stream_));
+      WEFT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      counters_.moe_experts_touched = *touched_host_;
+      touched_stale_ = false;
+    }
+  }
+
   bool has_weights(const void* key) const override { return key == weights_key_ && weights_; }
   Status bind_weights(const void* key, const WeightSet& set) override {
     auto w = shared_device_weights(key, set);
     if (!w.ok()) return w.status();
+    recorder_->flush();
     weights_ = w.value();
     weights_key_ = key;
+    expert_tables_.clear();
     return Status();
   }
 
   float* buffer(Buf role, int64_t n) override {
-    return static_cast<float*>(buffers_[size_t(role)].reserve(size_t(std::max<int64_t>(n, 1)) * sizeof(float)));
+    return grow<float>(buffers_[size_t(role)], std::max<int64_t>(n, 1));
   }
   PageAllocator& allocator() override { return allocator_; }
+  std::optional<DeviceBandwidth> device_bandwidth(size_t bytes, int trials) override {
+    return cuda::measure_device_bandwidth(bytes, trials, stream_);
+  }
   void copy_to_host(float* dst, const float* src, int64_t n) override {
     WEFT_OP("copy_to_host");
+    recorder_->flush();
     WEFT_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(n) * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    if (touched_stale_)
+      WEFT_CUDA_CHECK(cudaMemcpyAsync(touched_host_, touched_dev_, sizeof(long long), cudaMemcpyDeviceToHost, stream_));
     WEFT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (touched_stale_) counters_.moe_experts_touched = *touched_host_, touched_stale_ = false;
   }
 
   // ---- Rows ----
   void embed(const Matrix& table, const int32_t* ids, int64_t n, float* x) override {
     WEFT_OP("embed");
-    cuda::embed(table.dtype, w(table.data), table.row_bytes(), table.cols, upload(Up::kIds, ids, n), n, x, stream_);
+    const DType dt = table.dtype;
+    const void* tw = w(table.data);
+    const size_t rb = table.row_bytes();
+    const int64_t cols = table.cols;
+    const int32_t* dids = stage(ids, n);
+    recorder_->sig() << __LINE__ << dt << tw << rb << cols << dids << n << x;
+    launch([=, this] { cuda::embed(dt, tw, rb, cols, dids, n, x, stream_); });
   }
   void gather_rows(const float* src, const int32_t* rows, int64_t n, int64_t width, float* dst) override {
     WEFT_OP("gather_rows");
-    cuda::gather_rows(src, upload(Up::kRows, rows, n), n, width, dst, stream_);
+    const int32_t* drows = stage(rows, n);
+    recorder_->sig() << __LINE__ << src << drows << n << width << dst;
+    launch([=, this] { cuda::gather_rows(src, drows, n, width, dst, stream_); });
   }
   void rmsnorm(const float* x, const float* wt, float* y, int64_t rows, int64_t n, float eps, bool plus_one) override {
     WEFT_OP("rmsnorm");
-    cuda::rmsnorm(x, w(wt), y, rows, n, eps, plus_one, stream_);
+    const float* wd = w(wt);
+    recorder_->sig() << __LINE__ << x << wd << y << rows << n << eps << plus_one;
+    launch([=, this] { cuda::rmsnorm(x, wd, y, rows, n, eps, plus_one, stream_); });
   }
   void add(float* x, const float* y, int64_t n) override {
     WEFT_OP("add");
-    cuda::add(x, y, n, stream_);
+    recorder_->sig() << __LINE__ << x << y << n;
+    launch([=, this] { cuda::add(x, y, n, stream_); });
   }
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override {
     WEFT_OP("swiglu");
-    cuda::swiglu(gate, up, out, n, stream_);
+    recorder_->sig() << __LINE__ << gate << up << out << n;
+    launch([=, this] { cuda::swiglu(gate, up, out, n, stream_); });
   }
   void mul_sigmoid(float* x, const float* gate, int64_t n) override {
     WEFT_OP("mul_sigmoid");
-    cuda::mul_sigmoid(x, gate, n, stream_);
+    recorder_->sig() << __LINE__ << x << gate << n;
+    launch([=, this] { cuda::mul_sigmoid(x, gate, n, stream_); });
   }
   void add_sigmoid_scaled(float* y, const float* x, const float* s, int64_t rows, int64_t width) override {
     WEFT_OP("add_sigmoid_scaled");
-    cuda::add_sigmoid_scaled(y, x, s, rows, width, stream_);
+    recorder_->sig() << __LINE__ << y << x << s << rows << width;
+    launch([=, this] { cuda::add_sigmoid_scaled(y, x, s, rows, width, stream_); });
   }
 
   // ---- Matrix products ----
   void matmul(const Matrix& m, const float* x, int64_t T, float* y) override {
     // The output head is the one matmul with a vocabulary-sized N: timed apart.
     OpTimer op_timer_(profile_, stream_, m.rows >= 65536 ? "matmul (output head)" : "matmul");
-    cuda::matmul(m.dtype, w(m.data), m.row_bytes(), m.rows, m.cols, x, m.cols, T, y, m.rows, stream_);
+    const DType dt = m.dtype;
+    const void* wd = w(m.data);
+    const size_t rb = m.row_bytes();
+    const int64_t N = m.rows, K = m.cols;
+    recorder_->sig() << __LINE__ << dt << wd << rb << N << K << x << T << y;
+    // A deferred one-token product right after another of the same input row joins its launch
+    // (q/k/v, the GDN input projections, gate/up): same per-element order, fewer launches.
+    // (Never when y is x: one launch would read x while writing it.)
+    const bool one_token = T == 1 && recorder_->deferring() && y != x && cuda::matmul_vec_ok(wd, rb, K, x, K);
+    if (one_token && open_matvec_ && open_matvec_id_ == recorder_->last_op_id() && open_matvec_->x == x &&
+        open_matvec_->K == K && open_matvec_->type == dt && open_matvec_->jobs.n < cuda::kMaxMatvecJobs) {
+      cuda::MatvecJobs& j = open_matvec_->jobs;
+      j.w[j.n] = wd, j.row_bytes[j.n] = rb, j.N[j.n] = N, j.y[j.n] = y;
+      ++j.n;
+      return;
+    }
+    if (one_token) {
+      auto run = std::make_shared<MatvecRun>();
+      run->x = x, run->K = K, run->type = dt;
+      run->jobs.n = 1, run->jobs.w[0] = wd, run->jobs.row_bytes[0] = rb, run->jobs.N[0] = N, run->jobs.y[0] = y;
+      launch([run, this] { cuda::matvec_multi(run->type, run->jobs, run->K, run->x, stream_); });
+      open_matvec_ = run;
+      open_matvec_id_ = recorder_->last_op_id();
+      return;
+    }
+    launch([=, this] { cuda::matmul(dt, wd, rb, N, K, x, K, T, y, N, stream_); });
   }
   void grouped_matmul(const MoeRouting& r, const GroupedMatmul* jobs, int64_t n_jobs) override {
     WEFT_OP("grouped_matmul");
-    // The routing is the one moe_route returned last; its host copy says which experts have rows.
-    // Every (projection, expert with rows) pair becomes one group of a single launch.
-    const std::vector<int32_t>& begin = routing_.expert_begin;
-    std::vector<cuda::MatmulGroup>& groups = group_staging_;
-    groups.clear();
-    int64_t max_n = 0, max_t = 0;
-    bool vec = true, one_type = true;
-    const DType type = n_jobs > 0 && r.n_experts > 0 ? jobs[0].w[0].dtype : DType::kBF16;
+    // One launch per weight type present (one in every model so far) over the routing's token
+    // tiles; the routing itself stays on the device.
+    if (n_jobs == 0 || r.n_experts == 0 || r.rows == 0) return;
+    const int64_t E = r.n_experts, max_tiles = cuda::moe_max_tiles(r.rows, r.k, E);
+    std::vector<DType> types;
     for (int64_t j = 0; j < n_jobs; ++j)
-      for (int64_t e = 0; e < r.n_experts; ++e) {
-        const int64_t b = begin[size_t(e)], n = begin[size_t(e) + 1] - b;
-        if (n == 0) continue;
-        const Matrix& m = jobs[j].w[e];
-        cuda::MatmulGroup g;
-        g.w = w(m.data);
-        g.row_bytes = m.row_bytes();
-        g.N = m.rows;
-        g.K = m.cols;
-        g.x = jobs[j].x + b * jobs[j].ldx;
-        g.ldx = jobs[j].ldx;
-        g.T = n;
-        g.y = jobs[j].y + b * jobs[j].ldy;
-        g.ldy = jobs[j].ldy;
-        groups.push_back(g);
-        max_n = std::max(max_n, g.N);
-        max_t = std::max(max_t, n);
-        vec = vec && cuda::matmul_vec_ok(g.w, g.row_bytes, g.K, g.x, g.ldx);
-        one_type = one_type && m.dtype == type;
+      for (int64_t e = 0; e < E; ++e)
+        if (std::find(types.begin(), types.end(), jobs[j].w[e].dtype) == types.end()) types.push_back(jobs[j].w[e].dtype);
+    for (const DType type : types) {
+      std::vector<cuda::ExpertMatmulJob>& dj = expert_job_staging_;
+      dj.clear();
+      bool vec = true;
+      int64_t max_n = 0;
+      for (int64_t j = 0; j < n_jobs; ++j) {
+        const ExpertTable& t = expert_table(jobs[j].w, E, type);
+        if (!t.any) continue;
+        cuda::ExpertMatmulJob job;
+        job.w = static_cast<const void* const*>(t.ptrs.ptr);
+        job.row_bytes = t.row_bytes;
+        job.N = t.N;
+        job.K = t.K;
+        job.x = jobs[j].x;
+        job.ldx = jobs[j].ldx;
+        job.y = jobs[j].y;
+        job.ldy = jobs[j].ldy;
+        dj.push_back(job);
+        max_n = std::max(max_n, t.N);
+        vec = vec && t.aligned && reinterpret_cast<uintptr_t>(job.x) % 16 == 0 && job.ldx % 4 == 0;
       }
-    if (!one_type) {  // experts of mixed types: one launch per group
-      for (int64_t j = 0, i = 0; j < n_jobs; ++j)
-        for (int64_t e = 0; e < r.n_experts; ++e) {
-          if (begin[size_t(e) + 1] == begin[size_t(e)]) continue;
-          const cuda::MatmulGroup& g = groups[size_t(i++)];
-          cuda::matmul(jobs[j].w[e].dtype, g.w, g.row_bytes, g.N, g.K, g.x, g.ldx, g.T, g.y, g.ldy, stream_);
-        }
-      return;
+      const cuda::ExpertMatmulJob* djobs = stage(dj.data(), int64_t(dj.size()));
+      const int64_t n = int64_t(dj.size());
+      const int32_t* begin = r.expert_begin;
+      const int32_t* tile_expert = route_ptr<int32_t>(Route::kTileExpert);
+      const int32_t* tile_t0 = route_ptr<int32_t>(Route::kTileT0);
+      const int32_t* n_tiles = route_ptr<int32_t>(Route::kNTiles);
+      const bool one_row = r.rows == 1;
+      recorder_->sig() << __LINE__ << type << djobs << n << max_n << begin << tile_expert << tile_t0 << n_tiles
+                       << max_tiles << vec << one_row;
+      launch([=, this] {
+        cuda::expert_matmul(type, djobs, n, max_n, begin, tile_expert, tile_t0, n_tiles, max_tiles, vec, one_row,
+                            stream_);
+      });
     }
-    const cuda::MatmulGroup* dev = upload(Up::kGroups, groups.data(), int64_t(groups.size()));
-    cuda::grouped_matmul(type, dev, int64_t(groups.size()), max_n, max_t, vec, stream_);
   }
 
   // ---- Attention ----
@@ -263,8 +349,10 @@ class CudaBackend final : public Backend {
                    float* sin) override {
     WEFT_OP("rope_tables");
     ++profile_.forwards;
-    cuda::rope_tables(upload(Up::kPositions, positions, rows), rows, upload(Up::kInvFreq, inv_freq, half), half, cos,
-                      sin, stream_);
+    const int64_t* dpos = stage(positions, rows);
+    const float* dinv = stage(inv_freq, half);
+    recorder_->sig() << __LINE__ << dpos << rows << dinv << half << cos << sin;
+    launch([=, this] { cuda::rope_tables(dpos, rows, dinv, half, cos, sin, stream_); });
   }
   void attention_prep(const AttentionPrepArgs& a) override {
     WEFT_OP("attention_prep");
@@ -274,23 +362,31 @@ class CudaBackend final : public Backend {
     d.v_bias = w(a.v_bias);
     d.q_norm = w(a.q_norm);
     d.k_norm = w(a.k_norm);
-    cuda::attention_prep(d, stream_);
+    recorder_->sig() << __LINE__ << d.qg << d.k << d.v << d.q << d.gate << d.q_bias << d.k_bias << d.v_bias << d.q_norm
+                     << d.k_norm << d.cos << d.sin << d.rows << d.n_heads << d.n_kv << d.head_dim << d.rotary_dim
+                     << d.gated << d.norm_plus_one << d.rotate_k << d.rotate_v << d.eps;
+    launch([=, this] { cuda::attention_prep(d, stream_); });
   }
+  // KV append and attention take the sequence's position and page count as launch arguments,
+  // which change every step: they run at once, between the graphs (see GraphRecorder).
   void kv_append(KvCache& cache, int64_t layer, const float* k, const float* v, int64_t T) override {
     WEFT_OP("kv_append");
+    recorder_->flush();
     const int64_t pos0 = cache.length(layer);
     KvLayerView view = cache.grow(layer, T);
-    view.pages = upload(Up::kKvPages, view.pages, view.n_pages);
+    view.pages = stage(view.pages, view.n_pages, /*direct=*/true);
+    recorder_->flush();
     cuda::kv_append(view, pos0, k, v, T, stream_);
   }
   void attention(const AttentionCall* calls, int64_t n) override {
     WEFT_OP("attention");
     if (n == 0) return;
-    // All calls' page tables in one upload; each call's view then points at its device slice.
+    recorder_->flush();
+    // All calls' page tables in one staged array; each call's view then points at its slice.
     std::vector<const uint8_t*>& pages = page_staging_;
     pages.clear();
     for (int64_t i = 0; i < n; ++i) pages.insert(pages.end(), calls[i].kv.pages, calls[i].kv.pages + calls[i].kv.n_pages);
-    const uint8_t* const* dev = upload(Up::kAttnPages, pages.data(), int64_t(pages.size()));
+    const uint8_t* const* dev = stage(pages.data(), int64_t(pages.size()), /*direct=*/true);
     std::vector<AttentionCall>& dcalls = call_staging_;
     dcalls.assign(calls, calls + n);
     int64_t off = 0;
@@ -300,98 +396,191 @@ class CudaBackend final : public Backend {
     }
     const size_t ws = cuda::attention_workspace_bytes(dcalls.data(), n);
     void* workspace = ws ? workspace_.reserve(ws) : nullptr;
+    recorder_->flush();
     cuda::attention(dcalls.data(), n, workspace, stream_);
   }
   void hadamard_rows(float* x, int64_t rows, int64_t n) override {
     WEFT_OP("hadamard_rows");
-    cuda::hadamard_rows(x, rows, n, stream_);
+    recorder_->sig() << __LINE__ << x << rows << n;
+    launch([=, this] { cuda::hadamard_rows(x, rows, n, stream_); });
   }
 
   // ---- Gated DeltaNet ----
   void gdn_unpack(const float* qkvz, const float* ba, int64_t rows, int64_t n_k, int64_t n_v, int64_t dk, int64_t dv,
                   float* mixed, float* z, float* b, float* a) override {
     WEFT_OP("gdn_unpack");
-    cuda::gdn_unpack(qkvz, ba, rows, n_k, n_v, dk, dv, mixed, z, b, a, stream_);
+    recorder_->sig() << __LINE__ << qkvz << ba << rows << n_k << n_v << dk << dv << mixed << z << b << a;
+    launch([=, this] { cuda::gdn_unpack(qkvz, ba, rows, n_k, n_v, dk, dv, mixed, z, b, a, stream_); });
   }
   void causal_conv(float* x, int64_t T, int64_t channels, const float* wt, int64_t kernel, float* conv_state) override {
     WEFT_OP("causal_conv");
-    cuda::causal_conv(x, T, channels, w(wt), kernel, conv_state, stream_);
+    const float* wd = w(wt);
+    recorder_->sig() << __LINE__ << x << T << channels << wd << kernel << conv_state;
+    launch([=, this] { cuda::causal_conv(x, T, channels, wd, kernel, conv_state, stream_); });
   }
   void gdn_prep(const GdnPrepArgs& a) override {
     WEFT_OP("gdn_prep");
     GdnPrepArgs d = a;
     d.a_log = w(a.a_log);
     d.dt_bias = w(a.dt_bias);
-    cuda::gdn_prep(d, stream_);
+    recorder_->sig() << __LINE__ << d.mixed << d.beta << d.g << d.a_log << d.dt_bias << d.rows << d.conv_dim << d.n_k
+                     << d.n_v << d.dk;
+    launch([=, this] { cuda::gdn_prep(d, stream_); });
   }
   void gdn_recurrence(const GdnCall* calls, int64_t n) override {
     WEFT_OP("gdn_recurrence");
     // Both forms run the token-by-token recurrence (see gdn.cuh): prefill split invariance holds
     // for any split, and k+1 verify rows equal k+1 steps.
-    for (int64_t i = 0; i < n; ++i) cuda::gdn_recurrence(calls[i].args, stream_);
+    std::vector<GdnRecurrentArgs> args;
+    args.reserve(size_t(n));
+    for (int64_t i = 0; i < n; ++i) {
+      const GdnRecurrentArgs& g = calls[i].args;
+      recorder_->sig() << __LINE__ << g.state << g.q << g.k << g.v << g.q_stride << g.v_stride << g.g << g.beta << g.out
+                       << g.T << g.n_k << g.n_v << g.dk << g.dv;
+      args.push_back(g);
+    }
+    launch([args = std::move(args), this] {
+      for (const GdnRecurrentArgs& g : args) cuda::gdn_recurrence(g, stream_);
+    });
   }
   void rmsnorm_gated(const float* x, const float* z, const float* wt, float* y, int64_t rows, int64_t n,
                      float eps) override {
     WEFT_OP("rmsnorm_gated");
-    cuda::rmsnorm_gated(x, z, w(wt), y, rows, n, eps, stream_);
+    const float* wd = w(wt);
+    recorder_->sig() << __LINE__ << x << z << wd << y << rows << n << eps;
+    launch([=, this] { cuda::rmsnorm_gated(x, z, wd, y, rows, n, eps, stream_); });
   }
 
   // ---- Mixture of experts ----
   MoeRouting moe_route(float* logits, int64_t rows, int64_t n_experts, int64_t k, bool renormalize) override {
     WEFT_OP("moe_route");
-    router_host_.resize(size_t(rows * n_experts));
-    WEFT_CUDA_CHECK(cudaMemcpyAsync(router_host_.data(), logits, size_t(rows * n_experts) * sizeof(float),
-                                    cudaMemcpyDeviceToHost, stream_));
-    WEFT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    MoeRouting h = route_on_host(router_host_.data(), rows, n_experts, k, renormalize, &routing_, &counters_);
-    MoeRouting d = h;
-    const int64_t slots = rows * k;
-    d.expert_begin = upload(Up::kExpertBegin, h.expert_begin, n_experts + 1);
-    d.sorted_slot = upload(Up::kSortedSlot, h.sorted_slot, slots);
-    d.slot_pos = upload(Up::kSlotPos, h.slot_pos, slots);
-    d.slot_weight = upload(Up::kSlotWeight, h.slot_weight, slots);
-    d.slot_expert = upload(Up::kSlotExpert, h.slot_expert, slots);
+    const int64_t slots = rows * k, tiles = cuda::moe_max_tiles(rows, k, n_experts);
+    cuda::MoeRouteOut o;
+    o.slot_expert = grow<int32_t>(route_[size_t(Route::kSlotExpert)], slots);
+    o.slot_weight = grow<float>(route_[size_t(Route::kSlotWeight)], slots);
+    o.expert_begin = grow<int32_t>(route_[size_t(Route::kExpertBegin)], n_experts + 1);
+    o.sorted_slot = grow<int32_t>(route_[size_t(Route::kSortedSlot)], slots);
+    o.slot_pos = grow<int32_t>(route_[size_t(Route::kSlotPos)], slots);
+    o.tile_expert = grow<int32_t>(route_[size_t(Route::kTileExpert)], tiles);
+    o.tile_t0 = grow<int32_t>(route_[size_t(Route::kTileT0)], tiles);
+    o.n_tiles = grow<int32_t>(route_[size_t(Route::kNTiles)], 1);
+    o.experts_touched = touched_dev_;
+    ++counters_.moe_route_calls;
+    touched_stale_ = true;
+    recorder_->sig() << __LINE__ << logits << rows << n_experts << k << renormalize << o.slot_expert << o.slot_weight
+                     << o.expert_begin << o.sorted_slot << o.slot_pos << o.tile_expert << o.tile_t0 << o.n_tiles
+                     << o.experts_touched;
+    launch([=, this] { cuda::moe_route(logits, rows, n_experts, k, renormalize, o, stream_); });
+    MoeRouting d;
+    d.rows = rows;
+    d.k = k;
+    d.n_experts = n_experts;
+    d.expert_begin = o.expert_begin;
+    d.sorted_slot = o.sorted_slot;
+    d.slot_pos = o.slot_pos;
+    d.slot_weight = o.slot_weight;
+    d.slot_expert = o.slot_expert;
     return d;
   }
   void moe_gather(const MoeRouting& r, const float* x, int64_t width, float* dst) override {
     WEFT_OP("moe_gather");
-    cuda::moe_gather(r.sorted_slot, r.rows * r.k, r.k, x, width, dst, stream_);
+    const int32_t* sorted = r.sorted_slot;
+    const int64_t slots = r.rows * r.k, k = r.k;
+    recorder_->sig() << __LINE__ << sorted << slots << k << x << width << dst;
+    launch([=, this] { cuda::moe_gather(sorted, slots, k, x, width, dst, stream_); });
   }
   void moe_combine(const MoeRouting& r, const float* out, int64_t width, float* y) override {
     WEFT_OP("moe_combine");
-    cuda::moe_combine(r.slot_expert, r.slot_weight, r.slot_pos, r.rows, r.k, out, width, y, stream_);
+    const int32_t* expert = r.slot_expert;
+    const float* weight = r.slot_weight;
+    const int32_t* pos = r.slot_pos;
+    const int64_t rows = r.rows, k = r.k;
+    recorder_->sig() << __LINE__ << expert << weight << pos << rows << k << out << width << y;
+    launch([=, this] { cuda::moe_combine(expert, weight, pos, rows, k, out, width, y, stream_); });
   }
 
  private:
+  // The device weight pointers of one expert projection ([E] Matrix views), restricted to one
+  // weight type (others null), built once per model.
+  struct ExpertTable {
+    DeviceArray ptrs;
+    bool any = false, aligned = true;
+    size_t row_bytes = 0;
+    int64_t N = 0, K = 0;
+  };
+  const ExpertTable& expert_table(const Matrix* experts, int64_t E, DType type) {
+    ExpertTable& t = expert_tables_[{experts, int(type)}];
+    if (t.ptrs.ptr) return t;
+    std::vector<const void*> ptrs(size_t(E), nullptr);
+    for (int64_t e = 0; e < E; ++e) {
+      const Matrix& m = experts[e];
+      if (m.dtype != type) continue;
+      if (t.any && (m.rows != t.N || m.cols != t.K || m.row_bytes() != t.row_bytes))
+        throw std::runtime_error("grouped_matmul: the experts of one projection differ in shape");
+      ptrs[size_t(e)] = w(m.data);
+      t.any = true;
+      t.N = m.rows, t.K = m.cols, t.row_bytes = m.row_bytes();
+      t.aligned = t.aligned && cuda::matmul_vec_ok(ptrs[size_t(e)], t.row_bytes, t.K, nullptr, 4);
+    }
+    t.ptrs.reserve(size_t(E) * sizeof(void*));
+    WEFT_CUDA_CHECK(cudaMemcpy(t.ptrs.ptr, ptrs.data(), size_t(E) * sizeof(void*), cudaMemcpyHostToDevice));
+    return t;
+  }
+
   // A weight's device copy (null stays null).
   template <typename T>
   const T* w(const T* host) const {
     if (!host || !weights_) return host;
     return static_cast<const T*>(weights_->translate(host));
   }
+  // Host array -> device copy staged for the next launch.
   template <typename T>
-  T* upload(Up slot, const T* host, int64_t n) {
+  T* stage(const T* host, int64_t n, bool direct = false) {
     if (n <= 0) return nullptr;
-    void* dev = uploads_[size_t(slot)].reserve(size_t(n) * sizeof(T));
-    WEFT_CUDA_CHECK(cudaMemcpyAsync(dev, host, size_t(n) * sizeof(T), cudaMemcpyHostToDevice, stream_));
-    return static_cast<T*>(dev);
+    return static_cast<T*>(recorder_->stage(host, size_t(n) * sizeof(T), direct));
   }
+  // A grow-only array with room for n T; deferred launches that read the old one go first.
+  template <typename T>
+  T* grow(DeviceArray& a, int64_t n) {
+    const size_t bytes = size_t(std::max<int64_t>(n, 1)) * sizeof(T);
+    if (bytes > a.bytes) recorder_->flush();
+    return static_cast<T*>(a.reserve(bytes));
+  }
+  template <typename T>
+  T* route_ptr(Route r) const {
+    return static_cast<T*>(route_[size_t(r)].ptr);
+  }
+  void launch(std::function<void()> f) { recorder_->op(std::move(f)); }
+
+  // The one-token products of the input row x that share the launch being deferred.
+  struct MatvecRun {
+    const float* x = nullptr;
+    int64_t K = 0;
+    DType type = DType::kF32;
+    cuda::MatvecJobs jobs;
+  };
+  std::shared_ptr<MatvecRun> open_matvec_;
+  uint64_t open_matvec_id_ = 0;
 
   ThreadPool pool_;
   OpProfile profile_;
+  bool graphs_on_ = true;
   std::string name_;
   cudaStream_t stream_ = nullptr;
+  std::unique_ptr<GraphRecorder> recorder_;
   CudaPageAllocator allocator_;
   std::shared_ptr<DeviceWeights> weights_;
   const void* weights_key_ = nullptr;
   std::array<DeviceArray, size_t(Buf::kCount)> buffers_;
-  std::array<DeviceArray, size_t(Up::kCount)> uploads_;
+  std::array<DeviceArray, size_t(Route::kCount)> route_;
+  std::map<std::pair<const Matrix*, int>, ExpertTable> expert_tables_;
+  long long* touched_dev_ = nullptr;   // experts given rows, summed over every routing
+  long long* touched_host_ = nullptr;  // pinned
+  bool touched_stale_ = false;         // routings ran since counters_ was last refreshed
   DeviceArray workspace_;
-  MoeRoutingHost routing_;
-  std::vector<float> router_host_;
   std::vector<const uint8_t*> page_staging_;
   std::vector<AttentionCall> call_staging_;
-  std::vector<cuda::MatmulGroup> group_staging_;
+  std::vector<cuda::ExpertMatmulJob> expert_job_staging_;
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
-// CUDA attention: checks each call, picks its kernel (the tiled split kernel where it applies,
-// the simple reference kernel otherwise) and hands out the workspace. See attention.cuh.
+// CUDA attention: checks each call, picks its kernel (a tiled kernel where it applies, by KV type:
+// attention_keys.cu or attention_split.cu; the simple reference kernel otherwise) and hands out
+// the workspace. See attention.cuh.
 #include "kernels/cuda/attention.cuh"
 
 #include <stdexcept>
@@ -34,34 +35,56 @@ namespace {
 // Bytes are handed out in 256-byte steps so every call's partials start aligned.
 size_t align_up(size_t n) { return (n + 255) & ~size_t(255); }
 
+// The kernel a call takes: the KV types pick it (SplitTuning::keys_quant / keys_f16).
+enum class Route { kKeys, kSplit, kSimple, kNone };
+Route route_of(const AttentionCall& c) {
+  const SplitTuning t = split_tuning();
+  const bool quant = c.kv.k_type != DType::kF16 || c.kv.v_type != DType::kF16;
+  if ((quant ? t.keys_quant : t.keys_f16) && keys_supports(c)) return Route::kKeys;
+  if (split_supports(c)) return Route::kSplit;
+  if (simple_supports(c)) return Route::kSimple;
+  return Route::kNone;
+}
+
 }  // namespace
 
 size_t attention_workspace_bytes(const AttentionCall* calls, int64_t n) {
   size_t total = 0;
-  for (int64_t i = 0; i < n; ++i)
-    if (calls[i].args.T > 0 && split_supports(calls[i])) total += align_up(split_workspace_bytes(calls[i]));
+  for (int64_t i = 0; i < n; ++i) {
+    if (calls[i].args.T <= 0) continue;
+    const Route r = route_of(calls[i]);
+    if (r == Route::kKeys) total += align_up(keys_workspace_bytes(calls[i]));
+    else if (r == Route::kSplit) total += align_up(split_workspace_bytes(calls[i]));
+  }
   return total;
 }
 
 void attention(const AttentionCall* calls, int64_t n, void* workspace, cudaStream_t stream) {
-  std::vector<AttentionCall> split;
-  std::vector<size_t> offsets;
+  std::vector<AttentionCall> split, keys;
+  std::vector<size_t> offsets, keys_offsets;
   size_t offset = 0;
   for (int64_t i = 0; i < n; ++i) {
     const AttentionCall& c = calls[i];
     validate_call(c);
     if (c.args.T == 0) continue;
-    if (split_supports(c)) {
+    const Route r = route_of(c);
+    if (r == Route::kKeys) {
+      keys.push_back(c);
+      keys_offsets.push_back(offset);
+      offset += align_up(keys_workspace_bytes(c));
+    } else if (r == Route::kSplit) {
       split.push_back(c);
       offsets.push_back(offset);
       offset += align_up(split_workspace_bytes(c));
-    } else if (simple_supports(c)) {
+    } else if (r == Route::kSimple) {
       attention_simple(c, stream);
     } else {
       throw std::invalid_argument("cuda::attention: head_dim " + std::to_string(c.kv.head_dim) +
                                   " is not supported");
     }
   }
+  if (!keys.empty())
+    attention_keys(keys.data(), keys_offsets.data(), int64_t(keys.size()), static_cast<uint8_t*>(workspace), stream);
   if (!split.empty())
     attention_split(split.data(), offsets.data(), int64_t(split.size()), static_cast<uint8_t*>(workspace), stream);
 }

@@ -36,8 +36,15 @@ size_t attention_workspace_bytes(const AttentionCall* calls, int64_t n);
 // Runs the calls on `stream` (asynchronous; no host synchronisation, capturable in a CUDA graph).
 // `workspace`: device memory of at least attention_workspace_bytes(calls, n) bytes, not used by
 // anything else until the work on `stream` is done. The kernel is chosen per call by
-// kv.k_type / kv.v_type (f16, q8_0, q4_0: the tiled split kernel; anything else, e.g. an f32
-// cache or a page size that is not a multiple of 32: a simple reference kernel).
+// kv.k_type / kv.v_type: f16 K and V take the dim-parallel split kernel (attention_split.cu);
+// a quantized K or V (q8_0, q4_0, either mixed with f16) the key-parallel kernel beside it
+// (attention_keys.cu); anything else (an f32 cache, a page size that is not a multiple of 32,
+// another head size) a simple reference kernel.
+//
+// FROZEN: the f16 decode kernel (the dim-parallel split kernel with its default launch shape, and
+// the merge) is frozen as of issue 11's round 4: its results are the strict tier's GPU bits. New
+// KV types or faster quantized paths are kernels beside it, selected by the KV types; a change to
+// its arithmetic is a new kernel, not an edit.
 void attention(const AttentionCall* calls, int64_t n, void* workspace, cudaStream_t stream);
 
 // Writes T rows of K and V (device f32 [T, n_kv, head_dim]) at positions [pos0, pos0 + T) of the

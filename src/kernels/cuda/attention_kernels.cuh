@@ -1,5 +1,5 @@
 // Internal interface between the attention dispatcher (attention.cu) and its kernels
-// (attention_simple.cu, attention_split.cu). Host functions only.
+// (attention_simple.cu, attention_split.cu, attention_keys.cu). Host functions only.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -26,7 +26,20 @@ size_t split_workspace_bytes(const AttentionCall& c);
 void attention_split(const AttentionCall* calls, const size_t* offsets, int64_t n, uint8_t* workspace,
                      cudaStream_t stream);
 
-// Launch shape of the split kernel, process-wide; benchmarks sweep it, everything else keeps the
+// The key-parallel split kernel (attention_keys.cu): f16 / q8_0 / q4_0 K and V (any mix), head_dim
+// 64, 128 or 256, any GQA group, page_tokens % 32 == 0, page bases 16-byte aligned. Same split
+// size, partial layout and fold tree as the split kernel, other bits (another kernel).
+bool keys_supports(const AttentionCall& c);
+size_t keys_workspace_bytes(const AttentionCall& c);
+void attention_keys(const AttentionCall* calls, const size_t* offsets, int64_t n, uint8_t* workspace,
+                    cudaStream_t stream);
+
+// Folds the split partials ([T·n_heads][n_splits][hd + 2]: O, m, l) of calls[which[0..n_which)]
+// into their outputs in the fixed two-level order (both tiled kernels write that layout).
+void merge_partials(const AttentionCall* calls, const size_t* offsets, const int64_t* which, int64_t n_which,
+                    uint8_t* workspace, cudaStream_t stream);
+
+// Launch shape of the tiled kernels, process-wide; benchmarks sweep it, everything else keeps the
 // defaults. max_stages, smem_target and blocks_per_sm never change a result (the split size and
 // the fold order are fixed); `wide` picks the warp count, which fixes the order the warps'
 // partial scores are added in: another (equally deterministic) kernel.
@@ -39,6 +52,19 @@ struct SplitTuning {
   // 32-value blocks) instead of through an f16 tile in shared memory. Changes the dim order of
   // the dot products (another, equally deterministic kernel), so it is not a launch shape.
   bool direct = true;
+  // Which tiled kernel a call takes (the KV types select it; the flag keeps the other reachable
+  // for benchmarks and tests): the key-parallel kernel (attention_keys.cu) for calls with a
+  // quantized K or V (keys_quant) and for f16 K and V (keys_f16); otherwise the dim-parallel
+  // split kernel. max_stages, smem_target and blocks_per_sm apply to both.
+  // The f16 default is the dim-parallel kernel (faster for f16 rows, measured side by side in
+  // docs/results.md section 9), frozen as the strict f16 decode kernel.
+  bool keys_quant = true;
+  bool keys_f16 = false;
+  // Key-parallel kernel: ring depth within keys_smem_target (75 KiB: three blocks per SM, the
+  // most its 168 registers allow), runs of splits for keys_blocks_per_sm blocks per SM (at most
+  // as many as fit).
+  size_t keys_smem_target = 75 * 1024;
+  int keys_blocks_per_sm = 4;
 };
 void set_split_tuning(const SplitTuning& t);
 SplitTuning split_tuning();

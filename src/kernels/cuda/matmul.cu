@@ -1,6 +1,7 @@
 #include "kernels/cuda/matmul.cuh"
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/moe_route.cuh"
 
 namespace weft::cuda {
 namespace {
@@ -98,6 +99,89 @@ __device__ __forceinline__ void matmul_tile(const uint8_t* w, size_t row_bytes, 
     }
 }
 
+// The one-token form (decode): one warp per weight row and the same per-element order as
+// matmul_tile's VEC path (lane l: groups k/8 ≡ l mod 32 in increasing k, fmaf over the 8 elements
+// of a group in order, then the xor butterfly), so its bits are those of a token inside a batch.
+// Why a second kernel: matmul_tile keeps 4 rows x 8 tokens of accumulators per warp and 16 rows
+// per block, which at T = 1 leaves a 2048-row matrix 128 blocks (under one per SM) with few bytes
+// in flight; here a block is 8 rows, and each lane keeps kMatvecUnroll groups in flight.
+constexpr int kMatvecWarps = 8;
+constexpr int kMatvecUnroll = 4;
+
+template <DType D>
+__device__ __forceinline__ float matvec_row(const uint8_t* row, int64_t K, const float* x, int lane) {
+  float acc = 0.0f;
+  int64_t k0 = int64_t(lane) * 8;
+  for (; k0 + (kMatvecUnroll - 1) * 256 < K; k0 += kMatvecUnroll * 256) {
+    float wv[kMatvecUnroll][8];
+#pragma unroll
+    for (int u = 0; u < kMatvecUnroll; ++u) load_w8<D>(row, k0 + u * 256, wv[u]);
+#pragma unroll
+    for (int u = 0; u < kMatvecUnroll; ++u) {
+      const float4 a = *reinterpret_cast<const float4*>(x + k0 + u * 256);
+      const float4 b = *reinterpret_cast<const float4*>(x + k0 + u * 256 + 4);
+      const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc = fmaf(wv[u][j], xv[j], acc);
+    }
+  }
+  for (; k0 < K; k0 += 256) {
+    float wv[8];
+    load_w8<D>(row, k0, wv);
+    const float4 a = *reinterpret_cast<const float4*>(x + k0);
+    const float4 b = *reinterpret_cast<const float4*>(x + k0 + 4);
+    const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc = fmaf(wv[j], xv[j], acc);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  return acc;
+}
+
+template <DType D>
+__global__ void __launch_bounds__(kMatvecWarps * 32)
+    matvec_kernel(const uint8_t* w, size_t row_bytes, int64_t N, int64_t K, const float* x, float* y) {
+  const int64_t n = int64_t(blockIdx.x) * kMatvecWarps + threadIdx.x / 32;
+  if (n >= N) return;
+  const float v = matvec_row<D>(w + size_t(n) * row_bytes, K, x, threadIdx.x % 32);
+  if (threadIdx.x % 32 == 0) y[n] = v;
+}
+
+// blockIdx.x runs over the jobs' row blocks back to back.
+struct MatvecBlocks {
+  int begin[kMaxMatvecJobs + 1];
+};
+template <DType D>
+__global__ void __launch_bounds__(kMatvecWarps * 32)
+    matvec_multi_kernel(MatvecJobs jobs, MatvecBlocks blocks, int64_t K, const float* x) {
+  int j = 0;
+  while (j + 1 < jobs.n && int(blockIdx.x) >= blocks.begin[j + 1]) ++j;
+  const int64_t n = int64_t(int(blockIdx.x) - blocks.begin[j]) * kMatvecWarps + threadIdx.x / 32;
+  if (n >= jobs.N[j]) return;
+  const float v = matvec_row<D>(static_cast<const uint8_t*>(jobs.w[j]) + size_t(n) * jobs.row_bytes[j], K, x,
+                                threadIdx.x % 32);
+  if (threadIdx.x % 32 == 0) jobs.y[j][n] = v;
+}
+
+// The routed experts of a one-row routing (decode): blockIdx.y picks the expert slot (each
+// selected expert holds exactly that one row), blockIdx.z the projection.
+template <DType D>
+__global__ void __launch_bounds__(kMatvecWarps * 32)
+    expert_matvec_kernel(const ExpertMatmulJob* jobs, const int32_t* expert_begin, const int32_t* tile_expert,
+                         const int32_t* n_tiles) {
+  if (int(blockIdx.y) >= *n_tiles) return;
+  const ExpertMatmulJob& j = jobs[blockIdx.z];
+  const int e = tile_expert[blockIdx.y];
+  const void* w = j.w[e];
+  const int64_t n = int64_t(blockIdx.x) * kMatvecWarps + threadIdx.x / 32;
+  if (!w || n >= j.N) return;
+  const int64_t b = expert_begin[e];
+  const float v = matvec_row<D>(static_cast<const uint8_t*>(w) + size_t(n) * j.row_bytes, j.K, j.x + b * j.ldx,
+                                threadIdx.x % 32);
+  if (threadIdx.x % 32 == 0) j.y[b * j.ldy + n] = v;
+}
+
 template <DType D, bool VEC>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     matmul_kernel(const uint8_t* w, size_t row_bytes, int64_t N, int64_t K, const float* x, int64_t ldx, int64_t T,
@@ -105,12 +189,19 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   matmul_tile<D, VEC>(w, row_bytes, N, K, x, ldx, T, y, ldy, blockIdx.x, blockIdx.y);
 }
 
-// blockIdx.z picks the group; blocks past a group's own N or T return at once.
+// blockIdx.y picks a token tile of the routing, blockIdx.z the projection.
 template <DType D, bool VEC>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) grouped_matmul_kernel(const MatmulGroup* groups) {
-  const MatmulGroup g = groups[blockIdx.z];
-  matmul_tile<D, VEC>(static_cast<const uint8_t*>(g.w), g.row_bytes, g.N, g.K, g.x, g.ldx, g.T, g.y, g.ldy, blockIdx.x,
-                      blockIdx.y);
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    expert_matmul_kernel(const ExpertMatmulJob* jobs, const int32_t* expert_begin, const int32_t* tile_expert,
+                         const int32_t* tile_t0, const int32_t* n_tiles) {
+  if (int(blockIdx.y) >= *n_tiles) return;
+  const ExpertMatmulJob& j = jobs[blockIdx.z];
+  const int e = tile_expert[blockIdx.y];
+  const void* w = j.w[e];
+  if (!w) return;
+  const int64_t b = expert_begin[e], T = expert_begin[e + 1] - b;
+  matmul_tile<D, VEC>(static_cast<const uint8_t*>(w), j.row_bytes, j.N, j.K, j.x + b * j.ldx, j.ldx, T,
+                      j.y + b * j.ldy, j.ldy, blockIdx.x, unsigned(tile_t0[blockIdx.y] / kTokensPerPass));
 }
 
 template <DType D>
@@ -119,7 +210,8 @@ void launch(const void* w, size_t row_bytes, int64_t N, int64_t K, const float* 
   const dim3 grid(blocks_for(N, kWarpsPerBlock * kRowsPerWarp), unsigned((T + kTokensPerPass - 1) / kTokensPerPass));
   const bool vec = matmul_vec_ok(w, row_bytes, K, x, ldx);
   const uint8_t* wb = static_cast<const uint8_t*>(w);
-  if (vec) matmul_kernel<D, true><<<grid, kWarpsPerBlock * 32, 0, stream>>>(wb, row_bytes, N, K, x, ldx, T, y, ldy);
+  if (vec && T == 1) matvec_kernel<D><<<blocks_for(N, kMatvecWarps), kMatvecWarps * 32, 0, stream>>>(wb, row_bytes, N, K, x, y);
+  else if (vec) matmul_kernel<D, true><<<grid, kWarpsPerBlock * 32, 0, stream>>>(wb, row_bytes, N, K, x, ldx, T, y, ldy);
   else matmul_kernel<D, false><<<grid, kWarpsPerBlock * 32, 0, stream>>>(wb, row_bytes, N, K, x, ldx, T, y, ldy);
   WEFT_CUDA_LAUNCHED();
 }
@@ -131,22 +223,48 @@ bool matmul_vec_ok(const void* w, size_t row_bytes, int64_t K, const float* x, i
          reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
 }
 
-void grouped_matmul(DType dtype, const MatmulGroup* groups, int64_t n_groups, int64_t max_N, int64_t max_T, bool vec,
-                    cudaStream_t stream) {
-  if (n_groups == 0 || max_N == 0 || max_T == 0) return;
-  const dim3 grid(blocks_for(max_N, kWarpsPerBlock * kRowsPerWarp), unsigned((max_T + kTokensPerPass - 1) / kTokensPerPass),
-                  unsigned(n_groups));
-  const unsigned threads = kWarpsPerBlock * 32;
-#define WEFT_GROUPED(D)                                                                            \
-  (vec ? grouped_matmul_kernel<D, true><<<grid, threads, 0, stream>>>(groups)                       \
-       : grouped_matmul_kernel<D, false><<<grid, threads, 0, stream>>>(groups))
-  switch (dtype) {
-    case DType::kF32: WEFT_GROUPED(DType::kF32); break;
-    case DType::kF16: WEFT_GROUPED(DType::kF16); break;
-    case DType::kBF16: WEFT_GROUPED(DType::kBF16); break;
-    default: check(cudaErrorInvalidValue, "grouped_matmul: weight type not yet on CUDA");
+void expert_matmul(DType dtype, const ExpertMatmulJob* jobs, int64_t n_jobs, int64_t max_N,
+                   const int32_t* expert_begin, const int32_t* tile_expert, const int32_t* tile_t0,
+                   const int32_t* n_tiles, int64_t max_tiles, bool vec, bool one_row, cudaStream_t stream) {
+  static_assert(kTokensPerPass == kMoeTileRows, "a routing tile is one token pass of the matmul tile");
+  if (n_jobs == 0 || max_N == 0 || max_tiles == 0) return;
+  if (vec && one_row) {
+    const dim3 g(blocks_for(max_N, kMatvecWarps), unsigned(max_tiles), unsigned(n_jobs));
+    switch (dtype) {
+      case DType::kF32: expert_matvec_kernel<DType::kF32><<<g, kMatvecWarps * 32, 0, stream>>>(jobs, expert_begin, tile_expert, n_tiles); break;
+      case DType::kF16: expert_matvec_kernel<DType::kF16><<<g, kMatvecWarps * 32, 0, stream>>>(jobs, expert_begin, tile_expert, n_tiles); break;
+      case DType::kBF16: expert_matvec_kernel<DType::kBF16><<<g, kMatvecWarps * 32, 0, stream>>>(jobs, expert_begin, tile_expert, n_tiles); break;
+      default: check(cudaErrorInvalidValue, "expert_matmul: weight type not yet on CUDA");
+    }
+    WEFT_CUDA_LAUNCHED();
+    return;
   }
-#undef WEFT_GROUPED
+  const dim3 grid(blocks_for(max_N, kWarpsPerBlock * kRowsPerWarp), unsigned(max_tiles), unsigned(n_jobs));
+  const unsigned threads = kWarpsPerBlock * 32;
+#define WEFT_EXPERT(D)                                                                                       \
+  (vec ? expert_matmul_kernel<D, true><<<grid, threads, 0, stream>>>(jobs, expert_begin, tile_expert, tile_t0, n_tiles) \
+       : expert_matmul_kernel<D, false><<<grid, threads, 0, stream>>>(jobs, expert_begin, tile_expert, tile_t0, n_tiles))
+  switch (dtype) {
+    case DType::kF32: WEFT_EXPERT(DType::kF32); break;
+    case DType::kF16: WEFT_EXPERT(DType::kF16); break;
+    case DType::kBF16: WEFT_EXPERT(DType::kBF16); break;
+    default: check(cudaErrorInvalidValue, "expert_matmul: weight type not yet on CUDA");
+  }
+#undef WEFT_EXPERT
+  WEFT_CUDA_LAUNCHED();
+}
+
+void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x, cudaStream_t stream) {
+  MatvecBlocks blocks{};
+  for (int j = 0; j < jobs.n; ++j) blocks.begin[j + 1] = blocks.begin[j] + int(blocks_for(jobs.N[j], kMatvecWarps));
+  if (jobs.n == 0 || blocks.begin[jobs.n] == 0) return;
+  const unsigned grid = unsigned(blocks.begin[jobs.n]), threads = kMatvecWarps * 32;
+  switch (dtype) {
+    case DType::kF32: matvec_multi_kernel<DType::kF32><<<grid, threads, 0, stream>>>(jobs, blocks, K, x); break;
+    case DType::kF16: matvec_multi_kernel<DType::kF16><<<grid, threads, 0, stream>>>(jobs, blocks, K, x); break;
+    case DType::kBF16: matvec_multi_kernel<DType::kBF16><<<grid, threads, 0, stream>>>(jobs, blocks, K, x); break;
+    default: check(cudaErrorInvalidValue, "matvec_multi: weight type not yet on CUDA");
+  }
   WEFT_CUDA_LAUNCHED();
 }
 

@@ -1,7 +1,6 @@
 // MoE row movement on the GPU: gathering each (row, expert) slot's input in expert-sorted order
-// and combining the experts' outputs per row. Routing itself (softmax, top-k, sort) is computed on
-// the host from the router logits (backend/moe_route_host.h), so both backends pick the same
-// experts; the arrays below are its device copies.
+// and combining the experts' outputs per row. The arrays come from the device-side routing
+// (moe_route.cuh), the same function as the CPU's (backend/moe_route_host.h).
 #pragma once
 
 #include <cuda_runtime.h>
