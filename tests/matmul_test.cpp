@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -269,7 +270,7 @@ TEST(VecConvert, NarrowingMatchesScalar) {
   }
 }
 
-// Throughput numbers for the comment atop matmul_avx2.cpp. Run with
+// Throughput numbers for the comments atop matmul_avx2.cpp (and results.md 8.1). Run with
 //   matmul_test --gtest_also_run_disabled_tests --gtest_filter='*Throughput*'
 // Calls cycle over copies of the weights totalling 128 MiB, so that decode reads them from DRAM
 // and not from the last-level cache.
@@ -281,30 +282,32 @@ TEST(Matmul, DISABLED_Throughput) {
     const int64_t copies = int64_t((size_t(128) << 20) / matrix_bytes);
     Problem p = make_problem(wtype, N * copies, K, kMaxT, &rng);
     std::vector<float> out(size_t(kMaxT * N));
+    // Both fast paths side by side, each where the CPU has it.
+    std::vector<std::pair<const char*, MatmulFn>> paths;
+    if (cpu_features().has_avx2_fma_f16c()) paths.push_back({"avx2", matmul_avx2});
+    if (cpu_features().has_avx512_core()) paths.push_back({"avx512", matmul_avx512});
     for (int threads : {1, 2}) {
       ThreadPool pool(threads);
       for (int64_t T : {int64_t(1), kMaxT}) {
-       for (MatmulFn fn : {matmul_avx2, matmul_avx512}) {
-        const bool is512 = fn == matmul_avx512;
-        if (is512 ? !cpu_features().has_avx512_core() : !cpu_features().has_avx2_fma_f16c()) continue;
-        const int reps = T == 1 ? 200 : 8;
-        auto call = [&](int r) {
-          const uint8_t* w = p.w->data() + size_t(r % copies) * matrix_bytes;
-          fn(wtype, w, N, K, x_of(p), p.ldx, T, out.data(), N, &pool);
-        };
-        for (int r = 0; r < copies; ++r) call(r);  // warm up: page in every copy
-        double best = 1e30;
-        for (int r = 0; r < reps; ++r) {
-          auto t0 = std::chrono::steady_clock::now();
-          call(r);
-          best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        for (const auto& [name, fn] : paths) {
+          const int reps = T == 1 ? 200 : 8;
+          auto call = [&, fn = fn](int r) {
+            const uint8_t* w = p.w->data() + size_t(r % copies) * matrix_bytes;
+            fn(wtype, w, N, K, x_of(p), p.ldx, T, out.data(), N, &pool);
+          };
+          for (int r = 0; r < copies; ++r) call(r);  // warm up: page in every copy
+          double best = 1e30;
+          for (int r = 0; r < reps; ++r) {
+            auto t0 = std::chrono::steady_clock::now();
+            call(r);
+            best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+          }
+          // The fastest call: on a shared machine, slower ones mostly measure other load.
+          const double gbs = double(matrix_bytes) / best / 1e9;
+          const double gflops = 2.0 * double(N * K * T) / best / 1e9;
+          printf("%-6s %-4s threads=%d T=%-3lld %8.3f ms  weights %6.2f GB/s  %7.2f GFLOP/s\n", name,
+                 dtype_name(wtype), threads, (long long)T, best * 1e3, gbs, gflops);
         }
-        // The fastest call: on a shared machine, slower ones mostly measure other load.
-        const double gbs = double(matrix_bytes) / best / 1e9;
-        const double gflops = 2.0 * double(N * K * T) / best / 1e9;
-        printf("%-6s %-4s threads=%d T=%-3lld %8.3f ms  weights %6.2f GB/s  %7.2f GFLOP/s\n",
-               is512 ? "avx512" : "avx2", dtype_name(wtype), threads, (long long)T, best * 1e3, gbs, gflops);
-       }
       }
     }
   }
