@@ -1,6 +1,7 @@
 // Tests of the quantized-weight matrix products: exactness against float64 on the quantized
 // activations, the activation-quantization error bound against f32 activations, and the
-// determinism contract (AVX2 == scalar bit for bit, T = 1 == T > 1 per row, any thread count).
+// determinism contract (AVX2 == AVX-512 VNNI == scalar bit for bit, T = 1 == T > 1 per row, any
+// thread count, any row slicing, the grouped expert path).
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include "core/cpu_features.h"
 #include "core/quant_types.h"
 #include "core/thread_pool.h"
+#include "backend/cpu_backend.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/quant_matmul.h"
@@ -178,6 +180,114 @@ TEST(QuantMatmul, Avx2IsBitIdenticalToScalar) {
       expect_bit_identical(p, run(p, quant_matmul_scalar, nullptr), run(p, quant_matmul_avx2, &pool),
                            "scalar vs avx2");
     }
+  }
+}
+
+bool has_vnni_path() { return cpu_features().has_avx512_core() && cpu_features().avx512_vnni; }
+constexpr const char* kNoVnni = "no AVX-512 F/BW/VL/DQ + VNNI on this CPU: the AVX-512 path cannot run here";
+
+// Odd row counts (an unpaired last row goes to the AVX2 kernel), pairs, one row; token counts
+// below, at and above the 4-token tiles.
+std::vector<Shape> avx512_shapes_for(GgmlType t) {
+  std::vector<Shape> v = shapes_for(t);
+  const int64_t bs = ggml_block_size(t);
+  for (Shape s : {Shape{2, bs, 1}, Shape{3, bs, 5}, Shape{4, 512, 4}, Shape{6, 256 * 3, 8}, Shape{9, 4096 + 256, 13},
+                  Shape{64, 1024, 1}, Shape{2, 256, 7}})
+    v.push_back(s);
+  return v;
+}
+
+TEST(QuantMatmul, Avx512IsBitIdenticalToScalarAndAvx2) {
+  if (!has_vnni_path()) GTEST_SKIP() << kNoVnni;
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  ThreadPool pool(2);
+  for (GgmlType type : kQuantTypes) {
+    for (const Shape& s : avx512_shapes_for(type)) {
+      Problem p = make_problem(type, s.N, s.K, s.T, &rng);
+      const std::vector<float> v512 = run(p, quant_matmul_avx512, &pool);
+      expect_bit_identical(p, run(p, quant_matmul_scalar, nullptr), v512, "scalar vs avx512");
+      expect_bit_identical(p, run(p, quant_matmul_avx2, nullptr), v512, "avx2 vs avx512");
+    }
+  }
+}
+
+// Large-magnitude codes stress the integer paths: all-extreme weights (q8_0 -128 included, q4_0
+// nibbles 0 and 15, k-quant codes and scales at their maxima) against activations of +-127.
+TEST(QuantMatmul, Avx512ExtremeCodesAreExact) {
+  if (!has_vnni_path()) GTEST_SKIP() << kNoVnni;
+  std::mt19937 rng(fresh_seed());
+  for (GgmlType type : kQuantTypes) {
+    const int64_t N = 5, K = 512, T = 2;
+    Problem p = make_problem(type, N, K, T, &rng);
+    const size_t row_bytes = ggml_row_bytes(type, K);
+    // Random bytes everywhere except the f16 scales (kept finite: random bits could be NaN).
+    std::vector<uint8_t> keep(row_bytes * size_t(N));
+    std::memcpy(keep.data(), p.w->data(), keep.size());
+    for (size_t i = 0; i < keep.size(); ++i) p.w->data()[i] = uint8_t(rng());
+    for (int64_t n = 0; n < N; ++n) {
+      uint8_t* row = p.w->data() + size_t(n) * row_bytes;
+      const uint8_t* orig = keep.data() + size_t(n) * row_bytes;
+      const size_t block = ggml_row_bytes(type, ggml_block_size(type));
+      for (size_t off = 0; off < row_bytes; off += block) {
+        if (type == GgmlType::kQ6_K) {
+          std::memcpy(row + off + 208, orig + off + 208, 2);
+        } else if (type == GgmlType::kQ4_K || type == GgmlType::kQ5_K) {
+          std::memcpy(row + off, orig + off, 4);
+        } else {
+          std::memcpy(row + off, orig + off, 2);
+        }
+      }
+      if (n == 0) {  // the extremes: every code byte saturated
+        for (size_t off = 0; off < row_bytes; off += block) {
+          const size_t first = type == GgmlType::kQ6_K ? 0 : (type == GgmlType::kQ4_K || type == GgmlType::kQ5_K) ? 4 : 2;
+          const size_t last = type == GgmlType::kQ6_K ? 208 : block;
+          std::memset(row + off + first, type == GgmlType::kQ8_0 ? 0x80 : 0xFF, last - first);
+        }
+      }
+    }
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t k = 0; k < K; ++k) p.x[size_t(t * p.ldx + k)] = (k + t) % 3 == 0 ? -1.0f : 1.0f;
+    expect_bit_identical(p, run(p, quant_matmul_scalar, nullptr), run(p, quant_matmul_avx512, nullptr),
+                         "scalar vs avx512, extreme codes");
+  }
+}
+
+// The grouped expert matmul runs each (expert, block of rows) task on a row slice: whatever the
+// slicing and the kernel path this CPU takes, every output equals the scalar product of the
+// whole expert matrix with that expert's rows of x.
+TEST(QuantMatmul, GroupedExpertsAreTheScalarBits) {
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  CpuBackend backend(2);
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    // 4 experts (one with no rows); 75 rows of K = 4096: several 64 KiB tasks per expert, the
+    // last one odd-sized.
+    const int64_t n_experts = 4, N = 75, K = 4096;
+    const std::vector<int32_t> begin = {0, 3, 3, 8, 9};
+    const int64_t rows = begin.back();
+    std::vector<Problem> experts;
+    std::vector<Matrix> w;
+    for (int64_t e = 0; e < n_experts; ++e) {
+      experts.push_back(make_problem(type, N, K, 1, &rng));
+      w.push_back(Matrix{*ggml_type_to_dtype(type), experts.back().w->data(), N, K});
+    }
+    std::normal_distribution<float> g(0, 1);
+    std::vector<float> x(size_t(rows * K)), y(size_t(rows * N), -1.0f), ref(size_t(rows * N), -2.0f);
+    for (auto& v : x) v = g(rng);
+    MoeRouting r;
+    r.rows = rows, r.k = 1, r.n_experts = n_experts, r.expert_begin = begin.data();
+    const GroupedMatmul job{w.data(), x.data(), K, y.data(), N};
+    backend.grouped_matmul(r, &job, 1);
+    for (int64_t e = 0; e < n_experts; ++e) {
+      const int64_t n = begin[size_t(e + 1)] - begin[size_t(e)];
+      if (n > 0)
+        quant_matmul_scalar(type, w[size_t(e)].data, N, K, x.data() + begin[size_t(e)] * K, K, n,
+                            ref.data() + begin[size_t(e)] * N, N, nullptr);
+    }
+    EXPECT_EQ(std::memcmp(y.data(), ref.data(), y.size() * 4), 0) << ggml_type_name(type);
   }
 }
 

@@ -3,7 +3,11 @@
 // and its load.
 //
 //   build/quant_bench [--n 4096] [--k 4096] [--threads 1,2] [--rounds 30] [--mib 128] [--t 1]
-//                     [--ggml-cpu PATH/libggml-cpu-haswell.so]...
+//                     [--ggml-cpu PATH/libggml-cpu-haswell.so]... [--paths scalar,avx2,avx512]
+//
+// --paths adds weft's named kernel paths (quant_matmul_scalar / _avx2 / _avx512, called
+// directly whatever WEFT_SIMD says) as extra arms on the same weight copies, so the paths are
+// timed side by side in one run; the unnamed arms run quant_matmul's own dispatch.
 //
 // --ggml-cpu (repeatable) adds llama.cpp's own dot products (ggml_vec_dot_<w>_q8_<a> from a
 // prebuilt ggml CPU backend, e.g. node-llama-cpp 3.21.1's, and its libggml-base.so beside it)
@@ -29,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/quant_types.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/quant_blocks.h"
@@ -48,6 +53,9 @@ std::vector<int> parse_list(const char* s) {
   return v;
 }
 
+using QuantMatmulFn = void (*)(GgmlType, const void*, int64_t, int64_t, const float*, int64_t, int64_t, float*,
+                               int64_t, ThreadPool*);
+
 // ggml's vec_dot signature (ggml-cpu/quants.h): n values, one result, nrc = 1.
 using GgmlVecDot = void (*)(int n, float* s, size_t bs, const void* vx, size_t bx, const void* vy, size_t by, int nrc);
 
@@ -55,6 +63,7 @@ struct Arm {
   GgmlType type;
   std::string label;
   GgmlVecDot ggml_dot = nullptr;  // set for llama.cpp arms
+  QuantMatmulFn fn = quant_matmul;  // weft arms: the dispatcher or one named path
   size_t matrix_bytes = 0;
   int64_t copies = 0;
   std::vector<uint8_t> data;
@@ -89,6 +98,7 @@ int main(int argc, char** argv) {
   int rounds = 30, mib = 128;
   std::vector<int> threads = {1, 2};
   std::vector<std::string> ggml_libs;
+  std::vector<std::string> paths;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--n") N = std::atoll(argv[i + 1]);
@@ -98,6 +108,13 @@ int main(int argc, char** argv) {
     else if (a == "--mib") mib = std::atoi(argv[i + 1]);
     else if (a == "--threads") threads = parse_list(argv[i + 1]);
     else if (a == "--ggml-cpu") ggml_libs.push_back(argv[i + 1]);
+    else if (a == "--paths") {
+      for (const char* p = argv[i + 1]; *p;) {
+        const char* e = std::strchr(p, ',');
+        paths.emplace_back(p, e ? size_t(e - p) : std::strlen(p));
+        p = e ? e + 1 : p + std::strlen(p);
+      }
+    }
     else { std::fprintf(stderr, "unknown option %s\n", a.c_str()); return 2; }
   }
   if (K % 256 != 0) { std::fprintf(stderr, "--k must be a multiple of 256\n"); return 2; }
@@ -126,7 +143,26 @@ int main(int argc, char** argv) {
   }
   // llama.cpp arms: the same weight copies (shared by pointer), ggml's dot per row.
   const size_t n_own = arms.size();
-  arms.reserve(n_own * (1 + ggml_libs.size()));  // `shared` points into arms: no reallocation
+  arms.reserve(n_own * (1 + ggml_libs.size() + paths.size()));  // `shared` points into arms: no reallocation
+  for (const auto& path : paths) {
+    QuantMatmulFn fn = nullptr;
+    const CpuFeatures& f = cpu_features();
+    if (path == "scalar") fn = quant_matmul_scalar;
+    else if (path == "avx2" && f.has_avx2_fma_f16c()) fn = quant_matmul_avx2;
+    else if (path == "avx512" && f.has_avx512_core() && f.avx512_vnni) fn = quant_matmul_avx512;
+    if (!fn) { std::fprintf(stderr, "--paths: '%s' is unknown or this CPU cannot run it\n", path.c_str()); return 2; }
+    for (size_t i = 0; i < n_own; ++i) {
+      if (arms[i].type == GgmlType::kBF16 || arms[i].type == GgmlType::kF16) continue;
+      Arm a;
+      a.type = arms[i].type;
+      a.label = std::string(ggml_type_name(a.type)) + "@weft-" + path;
+      a.fn = fn;
+      a.matrix_bytes = arms[i].matrix_bytes;
+      a.copies = arms[i].copies;
+      a.shared = &arms[i];
+      arms.push_back(std::move(a));
+    }
+  }
   for (const auto& lib : ggml_libs) {
     void* h = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!h) { std::fprintf(stderr, "cannot load %s: %s\n", lib.c_str(), dlerror()); return 1; }
@@ -167,8 +203,8 @@ int main(int argc, char** argv) {
       std::printf("%-16s max |ggml - weft| / max |y| = %.2e\n", a.label.c_str(), maxdiff / maxabs);
     }
   }
-  std::printf("N=%lld K=%lld T=%lld, %d rounds, weights cycled over %d MiB per type\n", (long long)N,
-              (long long)K, (long long)T, rounds, mib);
+  std::printf("N=%lld K=%lld T=%lld, %d rounds, weights cycled over %d MiB per type, dispatch: %s\n", (long long)N,
+              (long long)K, (long long)T, rounds, mib, kernel_path_description().c_str());
   for (int th : threads) {
     ThreadPool pool(th);
     for (auto& a : arms) a.times.clear();
@@ -179,7 +215,7 @@ int main(int argc, char** argv) {
         auto t0 = std::chrono::steady_clock::now();
         const uint8_t* wc = a.weights() + size_t(copy) * a.matrix_bytes;
         if (a.ggml_dot) run_ggml(a, wc, N, K, x.data(), out.data(), &pool);
-        else quant_matmul(a.type, wc, N, K, x.data(), K, T, out.data(), N, &pool);
+        else a.fn(a.type, wc, N, K, x.data(), K, T, out.data(), N, &pool);
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (r >= 0) a.times.push_back(s);
       }

@@ -258,9 +258,23 @@ void quant_matmul_avx2(GgmlType wtype, const void* w, int64_t N, int64_t K, cons
   run_quant_matmul(wtype, w, N, K, x, ldx, T, out, ldo, pool, quant_dot_rows_avx2(wtype), quantize_activations_avx2);
 }
 
+void quant_matmul_avx512(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
+                         int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool) {
+  if (is_plain(wtype)) {
+    matmul(*ggml_type_to_dtype(wtype), w, N, K, x, ldx, T, out, ldo, pool);
+    return;
+  }
+  // The activation bytes are the AVX2 quantizer's (the same as the scalar one's).
+  run_quant_matmul(wtype, w, N, K, x, ldx, T, out, ldo, pool, quant_dot_rows_avx512(wtype), quantize_activations_avx2);
+}
+
 void quant_matmul(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
                   int64_t T, float* out, int64_t ldo, ThreadPool* pool) {
-  if (use_avx2()) {
+  if (is_plain(wtype)) {
+    matmul(*ggml_type_to_dtype(wtype), w, N, K, x, ldx, T, out, ldo, pool);  // its own dispatch
+  } else if (use_avx512_vnni()) {
+    quant_matmul_avx512(wtype, w, N, K, x, ldx, T, out, ldo, pool);
+  } else if (use_avx2()) {
     quant_matmul_avx2(wtype, w, N, K, x, ldx, T, out, ldo, pool);
   } else {
     quant_matmul_scalar(wtype, w, N, K, x, ldx, T, out, ldo, pool);

@@ -25,7 +25,8 @@
 //             - 32 * (sc[2j] * bsums[2j] + sc[2j+1] * bsums[2j+1])       (exact int32)
 //       acc[j] = fma(float(S_j), d * dx, acc[j]);  then the 8-lane reduction.
 //   (The lane split is the one _mm256_maddubs_epi16 + _mm256_madd_epi16 produce: int32 lane j
-//   holds bytes 4j..4j+3 of a 32-byte vector; the scalar twin computes exactly these integers.)
+//   holds bytes 4j..4j+3 of a 32-byte vector; the scalar twin computes exactly these integers.
+//   The AVX-512 VNNI path keeps it: each 512-bit register holds two rows' 8 lanes.)
 // Threads split output rows into fixed tasks, so the thread count only changes which thread
 // computes an output, never its value. float(int) rounds to nearest even on both paths.
 //
@@ -50,7 +51,8 @@ class ThreadPool;
 // `wtype`, rows of ggml_row_bytes(wtype, K) bytes, straight from a memory-mapped file (2-byte
 // alignment assumed, no byte outside W read). f32 / f16 / bf16 go to matmul() (matmul.h), the
 // block types to the integer kernels. Precondition: K % ggml_block_size(wtype) == 0, K >= 1.
-// pool may be nullptr. Uses AVX2 when weft::use_avx2().
+// pool may be nullptr. Uses AVX-512 VNNI when weft::use_avx512_vnni(), else AVX2 when
+// weft::use_avx2(); all three paths give the same bits.
 void quant_matmul(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
                   int64_t T, float* out, int64_t ldo, ThreadPool* pool);
 // The scalar twin (always compiled) and the AVX2 path (call only when
@@ -59,6 +61,10 @@ void quant_matmul_scalar(GgmlType wtype, const void* w, int64_t N, int64_t K, co
                          int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool);
 void quant_matmul_avx2(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
                        int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool);
+// The AVX-512 VNNI path (call only when cpu_features() has AVX-512 F/BW/VL/DQ, VNNI and AVX2):
+// bit-identical to the other two.
+void quant_matmul_avx512(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
+                         int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool);
 
 // The activation block type a weight type is multiplied against (q8_0 or q8_K).
 GgmlType activation_type(GgmlType wtype);
@@ -81,5 +87,6 @@ using QuantDotRowsFn = void (*)(const uint8_t* w, size_t row_bytes, int64_t rows
                                 size_t xq_stride, int64_t ntok, int64_t K, float* out, int64_t ldo);
 QuantDotRowsFn quant_dot_rows_scalar(GgmlType wtype);  // nullptr for plain types
 QuantDotRowsFn quant_dot_rows_avx2(GgmlType wtype);
+QuantDotRowsFn quant_dot_rows_avx512(GgmlType wtype);
 
 }  // namespace weft
