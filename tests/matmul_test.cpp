@@ -1,5 +1,6 @@
 // Tests of the CPU matrix products and row conversions: accuracy against float64, and the
-// determinism contract (bit-identity across T, tiling, thread count, and scalar vs AVX2).
+// determinism contract (bit-identity across T, tiling, thread count, and scalar vs AVX2 vs
+// AVX-512).
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -99,11 +101,15 @@ std::vector<float> run(MatmulFn fn, const Problem& p, ThreadPool* pool) {
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
 
 const DType kWeightTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
-const int64_t kKs[] = {1, 7, 31, 33, 257, 2048 + 5};
-const int64_t kNs[] = {1, 3, 17, 100};
-const int64_t kTs[] = {1, 2, 3, 5, 7, 8, 9, 17, 64};  // 2..8: few-token tiles of 4, 2, 1; 8 | 9: the streaming / prefill-tile boundary
+// 555 = 512 + 5 * 8 + 3: a second K block of full chunks and a tail chunk; 2053: only a tail.
+const int64_t kKs[] = {1, 7, 31, 33, 257, 555, 2048 + 5};
+const int64_t kNs[] = {1, 3, 17, 100};  // 3, 17: odd rows (AVX-512 pairs rows); 100: partial tasks
+// 2..8: few-token tiles of 4, 2, 1; 8 | 9: the streaming / prefill-tile boundary; 9, 17, 50,
+// 64, 97: AVX-512 blocks of 48 tokens in tiles of 6 with remainder tiles of 3, 5, 2, 4 and 1.
+const int64_t kTs[] = {1, 2, 3, 5, 7, 8, 9, 17, 50, 64, 97};
 
-// Every shape, every weight dtype: accuracy, T=1 vs batched, thread counts, scalar vs AVX2.
+// Every shape, every weight dtype: accuracy, T=1 vs batched, thread counts, scalar vs AVX2 vs
+// AVX-512 (each fast path only where the CPU has it).
 TEST(Matmul, AccuracyAndDeterminism) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -111,6 +117,8 @@ TEST(Matmul, AccuracyAndDeterminism) {
   ThreadPool pool1(1), pool2(2), pool3(3);
   ThreadPool* pools[] = {nullptr, &pool1, &pool2, &pool3};
   const bool avx2 = cpu_features().has_avx2_fma_f16c();
+  const bool avx512 = cpu_features().has_avx512_core();
+  if (!avx512) std::printf("note: this CPU has no AVX-512 F/BW/VL/DQ; matmul_avx512 not tested here\n");
   for (DType wtype : kWeightTypes) {
     for (int64_t K : kKs) {
       for (int64_t N : kNs) {
@@ -161,6 +169,10 @@ TEST(Matmul, AccuracyAndDeterminism) {
               got = run(matmul_avx2, p, pool);
               ASSERT_EQ(0, std::memcmp(got.data(), out.data(), out.size() * 4)) << "avx2";
             }
+            if (avx512) {
+              got = run(matmul_avx512, p, pool);
+              ASSERT_EQ(0, std::memcmp(got.data(), out.data(), out.size() * 4)) << "avx512";
+            }
             if (K * N * T <= 200000 || pool == &pool2) {  // the scalar twin is slow
               got = run(matmul_scalar, p, pool);
               for (size_t i = 0; i < out.size(); ++i) {
@@ -174,16 +186,25 @@ TEST(Matmul, AccuracyAndDeterminism) {
   }
 }
 
-// All-(-0) rows and infinities give the same bits on both paths, tail or no tail.
+// All-(-0) rows and infinities give the same bits on every path, tail or no tail, decode or
+// prefill tile (T = 1 and T = 13), and a row of -0 next to an inf row (AVX-512 pairs them).
 TEST(Matmul, SignedZeroAndSpecials) {
+  std::vector<MatmulFn> fns = {matmul_scalar, matmul};
+  if (cpu_features().has_avx2_fma_f16c()) fns.push_back(matmul_avx2);
+  if (cpu_features().has_avx512_core()) fns.push_back(matmul_avx512);
   for (int64_t K : {3, 8, 11}) {
-    std::vector<float> w(size_t(2 * K), -0.0f), x(size_t(K), 1.0f);
-    w[size_t(K)] = std::numeric_limits<float>::infinity();
-    float a[2], b[2];
-    matmul_scalar(DType::kF32, w.data(), 2, K, x.data(), K, 1, a, 2, nullptr);
-    matmul(DType::kF32, w.data(), 2, K, x.data(), K, 1, b, 2, nullptr);
-    EXPECT_TRUE(same_bits(a[0], b[0])) << a[0] << " " << b[0];
-    EXPECT_TRUE(std::isinf(b[1]));
+    for (int64_t T : {1, 13}) {
+      std::vector<float> w(size_t(3 * K), -0.0f), x(size_t(T * K), 1.0f);
+      w[size_t(K)] = std::numeric_limits<float>::infinity();
+      std::vector<float> want(size_t(3 * T));
+      matmul_scalar(DType::kF32, w.data(), 3, K, x.data(), K, T, want.data(), 3, nullptr);
+      EXPECT_TRUE(std::isinf(want[1]));
+      for (MatmulFn fn : fns) {
+        std::vector<float> got(size_t(3 * T));
+        fn(DType::kF32, w.data(), 3, K, x.data(), K, T, got.data(), 3, nullptr);
+        for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(same_bits(want[i], got[i])) << i << ": " << want[i] << " " << got[i];
+      }
+    }
   }
 }
 
@@ -249,7 +270,7 @@ TEST(VecConvert, NarrowingMatchesScalar) {
   }
 }
 
-// Throughput numbers for the comment atop matmul_avx2.cpp. Run with
+// Throughput numbers for the comments atop matmul_avx2.cpp (and results.md 8.1). Run with
 //   matmul_test --gtest_also_run_disabled_tests --gtest_filter='*Throughput*'
 // Calls cycle over copies of the weights totalling 128 MiB, so that decode reads them from DRAM
 // and not from the last-level cache.
@@ -261,26 +282,32 @@ TEST(Matmul, DISABLED_Throughput) {
     const int64_t copies = int64_t((size_t(128) << 20) / matrix_bytes);
     Problem p = make_problem(wtype, N * copies, K, kMaxT, &rng);
     std::vector<float> out(size_t(kMaxT * N));
+    // Both fast paths side by side, each where the CPU has it.
+    std::vector<std::pair<const char*, MatmulFn>> paths;
+    if (cpu_features().has_avx2_fma_f16c()) paths.push_back({"avx2", matmul_avx2});
+    if (cpu_features().has_avx512_core()) paths.push_back({"avx512", matmul_avx512});
     for (int threads : {1, 2}) {
       ThreadPool pool(threads);
       for (int64_t T : {int64_t(1), kMaxT}) {
-        const int reps = T == 1 ? 200 : 8;
-        auto call = [&](int r) {
-          const uint8_t* w = p.w->data() + size_t(r % copies) * matrix_bytes;
-          matmul(wtype, w, N, K, x_of(p), p.ldx, T, out.data(), N, &pool);
-        };
-        for (int r = 0; r < copies; ++r) call(r);  // warm up: page in every copy
-        double best = 1e30;
-        for (int r = 0; r < reps; ++r) {
-          auto t0 = std::chrono::steady_clock::now();
-          call(r);
-          best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        for (const auto& [name, fn] : paths) {
+          const int reps = T == 1 ? 200 : 8;
+          auto call = [&, fn = fn](int r) {
+            const uint8_t* w = p.w->data() + size_t(r % copies) * matrix_bytes;
+            fn(wtype, w, N, K, x_of(p), p.ldx, T, out.data(), N, &pool);
+          };
+          for (int r = 0; r < copies; ++r) call(r);  // warm up: page in every copy
+          double best = 1e30;
+          for (int r = 0; r < reps; ++r) {
+            auto t0 = std::chrono::steady_clock::now();
+            call(r);
+            best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+          }
+          // The fastest call: on a shared machine, slower ones mostly measure other load.
+          const double gbs = double(matrix_bytes) / best / 1e9;
+          const double gflops = 2.0 * double(N * K * T) / best / 1e9;
+          printf("%-6s %-4s threads=%d T=%-3lld %8.3f ms  weights %6.2f GB/s  %7.2f GFLOP/s\n", name,
+                 dtype_name(wtype), threads, (long long)T, best * 1e3, gbs, gflops);
         }
-        // The fastest call: on a shared machine, slower ones mostly measure other load.
-        const double gbs = double(matrix_bytes) / best / 1e9;
-        const double gflops = 2.0 * double(N * K * T) / best / 1e9;
-        printf("%-4s threads=%d T=%-3lld %8.3f ms  weights %6.2f GB/s  %7.2f GFLOP/s\n",
-               dtype_name(wtype), threads, (long long)T, best * 1e3, gbs, gflops);
       }
     }
   }

@@ -11,7 +11,10 @@ the weft / llama.cpp ratio, then prefill tok/s at the largest thread count.
       --depths 1,4096,16384 [--llama-bench /path/to/llama-bench] [--json out.json]
 
 Depth 1 stands for "near depth 0" (weft bench needs a positive depth; llama-bench's -d 0 is
-used for it). This script only runs binaries it is given; it builds nothing.
+used for it). llama-bench runs once per depth over all thread counts, most threads first, so it
+fills each depth once (it restores the filled state for the other thread counts); weft bench
+fills the deepest depth once per thread count, at that thread count. This script only runs
+binaries it is given; it builds nothing.
 """
 import argparse
 import json
@@ -43,13 +46,17 @@ def weft_runs(args, threads):
 
 
 def llama_runs(args, threads, depths):
-    llama_depths = ",".join("0" if x == 1 else str(x) for x in depths)
-    rows = run_json([args.llama_bench, "-m", args.model, "-t", str(threads), "-d", llama_depths,
-                     "-p", "0", "-n", str(args.gen), "-r", str(args.repeats), "-o", "json"])
-    out = {}
-    for r in rows:
-        depth = max(1, int(r.get("n_depth", 0)))
-        out[depth] = r.get("samples_ts") or [r["avg_ts"]]
+    """{threads: {depth: samples}}. One llama-bench per depth, thread counts in descending order:
+    llama-bench keeps the state of the last depth it filled and restores it for the next test at
+    the same depth, so each depth is prefilled once, at the most threads, instead of once per
+    thread count (a 4K or 16K fill at 2 threads costs minutes)."""
+    out = {t: {} for t in threads}
+    order = ",".join(str(t) for t in sorted(threads, reverse=True))
+    for depth in depths:
+        rows = run_json([args.llama_bench, "-m", args.model, "-t", order, "-d", "0" if depth == 1 else str(depth),
+                         "-p", "0", "-n", str(args.gen), "-r", str(args.repeats), "-o", "json"])
+        for r in rows:
+            out[int(r["n_threads"])][max(1, int(r.get("n_depth", 0)))] = r.get("samples_ts") or [r["avg_ts"]]
     return out
 
 
@@ -76,9 +83,10 @@ def main():
     depths = [int(d) for d in args.depths.split(",")]
 
     results = []
+    llama = llama_runs(args, threads, depths) if args.llama_bench else {}
     for t in threads:
         wd, wp = weft_runs(args, t)
-        ld = llama_runs(args, t, depths) if args.llama_bench else {}
+        ld = llama.get(t, {})
         results.append({"threads": t, "weft": {str(k): v for k, v in wd.items()},
                         "weft_prefill_tok_s": wp.get(args.prefill_depth),
                         "llama": {str(k): v for k, v in ld.items()}})

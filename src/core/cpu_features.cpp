@@ -42,7 +42,7 @@ namespace {
 
 // Whether any kernel has an AVX-512 (F/BW/VL/DQ) or VNNI path yet: kernel_path_description must
 // not claim an extension no kernel uses. Set by the change that adds the first such kernel.
-constexpr bool kAvx512KernelsExist = false;
+constexpr bool kAvx512KernelsExist = true;  // matmul_avx512.cpp
 constexpr bool kVnniKernelsExist = true;  // quant_matmul_avx512.cpp
 
 SimdLevel best_supported() {

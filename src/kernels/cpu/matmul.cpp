@@ -78,7 +78,9 @@ void matmul_scalar(DType wtype, const void* w, int64_t N, int64_t K, const float
 
 void matmul(DType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
             int64_t T, float* out, int64_t ldo, ThreadPool* pool) {
-  if (use_avx2()) {
+  if (use_avx512()) {
+    matmul_avx512(wtype, w, N, K, x, ldx, T, out, ldo, pool);
+  } else if (use_avx2()) {
     matmul_avx2(wtype, w, N, K, x, ldx, T, out, ldo, pool);
   } else {
     matmul_scalar(wtype, w, N, K, x, ldx, T, out, ldo, pool);

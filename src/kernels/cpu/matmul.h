@@ -1,14 +1,15 @@
 // CPU matrix products of f32 activations with weight matrices kept in their file dtype.
 //
 // Determinism contract: out[t][n] is one dot product with one fixed summation order, whatever T,
-// the tiling, the thread count, or the code path (AVX2 or scalar) that computes it:
+// the tiling, the thread count, or the code path (AVX-512, AVX2 or scalar) that computes it:
 //   * 8 lanes; lane j accumulates, in increasing k, fma(w[k], x[k], acc[j]) for k = 8c + j over
 //     the full chunks c < K/8 (a single accumulator per lane, starting at +0);
 //   * if K % 8 = r != 0, one more chunk where lanes j < r take w[K8+j], x[K8+j] and lanes j >= r
 //     take fma(+0, +0, acc[j]);
 //   * then s4[i] = acc[i] + acc[i+4], s2[i] = s4[i] + s4[i+2], result = s2[0] + s2[1].
 // Speed comes from computing several independent dot products at once (rows x tokens), never
-// from splitting one dot product, so the order above holds for every output element.
+// from splitting one dot product, so the order above holds for every output element. (AVX-512
+// keeps the 8 lanes too: one zmm carries two dot products, never two chunks of one.)
 #pragma once
 
 #include <cstdint>
@@ -22,7 +23,8 @@ class ThreadPool;
 // out[t*ldo + n] = sum_k x[t*ldx + k] * W[n*K + k], for t < T, n < N.
 // W: row-major [N, K] in dtype wtype (kF32, kF16 or kBF16), e.g. straight from a memory-mapped
 // file; only element alignment is assumed, and no byte outside W is ever read. x, out: f32.
-// K >= 1 (any size). pool may be nullptr (single thread). Uses AVX2 when weft::use_avx2().
+// K >= 1 (any size). pool may be nullptr (single thread). Runs matmul_avx512 when
+// weft::use_avx512(), else matmul_avx2 when weft::use_avx2(), else matmul_scalar.
 void matmul(DType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
             int64_t T, float* out, int64_t ldo, ThreadPool* pool);
 
@@ -39,6 +41,11 @@ void matmul_avx2(DType wtype, const void* w, int64_t N, int64_t K, const float* 
 // others with a Status; calling any matmul with one anyway is a bug and aborts (WEFT_CHECK),
 // never a silent read of the bytes as f32.
 bool matmul_supports(DType wtype);
+
+// The AVX-512 F/BW/VL/DQ path. Call only when cpu_features().has_avx512_core(); exposed so
+// tests can compare it with matmul_scalar bit for bit.
+void matmul_avx512(DType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
+                   int64_t T, float* out, int64_t ldo, ThreadPool* pool);
 
 // Output rows per parallel task. Tasks write disjoint rows, and since each output element is
 // computed whole by one task, the grain only affects speed, never values.
