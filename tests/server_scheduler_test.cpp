@@ -165,6 +165,27 @@ TEST_F(SchedulerTest, QuantizedTierReusesTheWholePreviousPrompt) {
   EXPECT_EQ(r2.ids.size(), 4u);
 }
 
+// A request that arrives while a slot is idle is not waiting for one, even before the loop has
+// admitted it: parallel + queue requests submitted back to back are all accepted, the next is not.
+TEST_F(SchedulerTest, IdleSlotsAreNotQueueSpace) {
+  const int64_t V = model_->config().vocab_size;
+  SchedulerOptions so;
+  so.parallel = 2;
+  so.max_queue = 1;
+  so.ctx = 300;
+  Scheduler sched(*engine_, nullptr, {}, so);
+  std::vector<Submitted> accepted;
+  for (int i = 0; i < 3; ++i) {
+    accepted.push_back(sched.submit(request(random_prompt(20, V, 10 + i), 250)));
+    EXPECT_EQ(accepted.back().code, SubmitCode::kOk) << i;
+  }
+  EXPECT_EQ(sched.submit(request(random_prompt(20, V, 13), 250)).code, SubmitCode::kQueueFull);
+  for (auto& a : accepted)
+    if (a.handle) a.handle->cancel();
+  for (auto& a : accepted)
+    if (a.handle) collect(*a.handle);
+}
+
 TEST_F(SchedulerTest, CancelFreesTheSlotAndLimitsHold) {
   const int64_t V = model_->config().vocab_size;
   SchedulerOptions so;

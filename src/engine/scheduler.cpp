@@ -109,7 +109,10 @@ Submitted Scheduler::submit(GenerationRequest request) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return {SubmitCode::kShuttingDown, "the server is shutting down", nullptr};
-    if (int64_t(queue_.size()) >= options_.max_queue) {
+    // Requests that will wait for a slot: those queued beyond the slots now idle (a request that
+    // arrives while a slot is idle is not waiting, even before the loop has admitted it).
+    const int64_t idle = std::max<int64_t>(0, int64_t(options_.parallel) - stats_.active);
+    if (int64_t(queue_.size()) >= options_.max_queue + idle) {
       ++stats_.requests_rejected;
       return {SubmitCode::kQueueFull, "the request queue is full (" + std::to_string(options_.max_queue) + " waiting); retry later", nullptr};
     }
@@ -170,6 +173,11 @@ void Scheduler::admit_locked() {
   for (auto it = queue_.begin(); it != queue_.end();) {
     if ((*it)->handle->cancelled()) {
       ++stats_.requests_cancelled;
+      GenerationEvent e;  // a waiter on the handle sees its end, as for a running request
+      e.done = true;
+      e.finish_reason = "cancelled";
+      e.prompt_tokens = int64_t((*it)->req.prompt.size());
+      (*it)->handle->push(std::move(e));
       it = queue_.erase(it);
     } else {
       ++it;
