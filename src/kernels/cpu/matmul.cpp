@@ -76,6 +76,40 @@ void matmul_scalar(DType wtype, const void* w, int64_t N, int64_t K, const float
   });
 }
 
+void matmul_row_tasks(MatmulDecodeRows decode_rows, MatmulPrefillRows prefill_rows, DType wtype, const void* w,
+                      int64_t N, int64_t K, const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo,
+                      ThreadPool* pool) {
+  WEFT_CHECK(matmul_supports(wtype), "matmul: this weight dtype has no kernel");
+  if (N <= 0 || T <= 0 || K <= 0) return;
+  const size_t row_bytes = dtype_bytes(wtype, size_t(K));
+  const auto* wbytes = static_cast<const uint8_t*>(w);
+  // A few tokens (batched decode of several sequences, MoE experts with a handful of rows) take
+  // the decode kernels once per token: the task's >= kMatmulDecodeTaskBytes of weights come from
+  // memory for the first token and from L2 for the others, while the prefill kernels would widen
+  // them to f32 first. Each output is the same dot product either way.
+  const bool streaming = T <= kMatmulStreamingTokens;
+  int64_t rows_per_task = kMatmulRowsPerTask;
+  if (streaming)
+    while (size_t(rows_per_task) * row_bytes < size_t(kMatmulDecodeTaskBytes)) rows_per_task *= 2;
+  auto task = [&](int64_t i) {
+    const int64_t n0 = i * rows_per_task;
+    const int64_t n1 = n0 + rows_per_task < N ? n0 + rows_per_task : N;
+    if (streaming) {
+      for (int64_t t = 0; t < T; ++t) decode_rows(wtype, wbytes, row_bytes, n0, n1, K, x + t * ldx, out + t * ldo);
+    } else {
+      prefill_rows(wtype, wbytes, row_bytes, n0, n1, K, x, ldx, T, out, ldo);
+    }
+  };
+  const int64_t n_tasks = ceil_div(N, rows_per_task);
+  // Tiny products are not worth waking the workers; values do not depend on this choice.
+  const bool parallel = pool != nullptr && pool->size() > 1 && n_tasks > 1 && N * K * T >= 32768;
+  if (parallel) {
+    pool->parallel_for(n_tasks, task);
+  } else {
+    for (int64_t i = 0; i < n_tasks; ++i) task(i);
+  }
+}
+
 void matmul(DType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
             int64_t T, float* out, int64_t ldo, ThreadPool* pool) {
   if (use_avx512()) {

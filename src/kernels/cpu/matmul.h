@@ -12,6 +12,7 @@
 // keeps the 8 lanes too: one zmm carries two dot products, never two chunks of one.)
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "core/dtype.h"
@@ -46,6 +47,24 @@ bool matmul_supports(DType wtype);
 // tests can compare it with matmul_scalar bit for bit.
 void matmul_avx512(DType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
                    int64_t T, float* out, int64_t ldo, ThreadPool* pool);
+
+// The row-task driver both SIMD paths share (matmul.cpp): it splits N into tasks, sends up to
+// kMatmulStreamingTokens tokens through `decode_rows` once per token (the weights stream from
+// memory for the first and from L2 for the rest) and more through `prefill_rows`, on the pool.
+// Which thread computes an output, and through which of the two, never changes its value: both
+// kernels of a path compute each output as the contract's one dot product.
+using MatmulDecodeRows = void (*)(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1,
+                                  int64_t K, const float* x, float* out);
+using MatmulPrefillRows = void (*)(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1,
+                                   int64_t K, const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo);
+void matmul_row_tasks(MatmulDecodeRows decode_rows, MatmulPrefillRows prefill_rows, DType wtype, const void* w,
+                      int64_t N, int64_t K, const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo,
+                      ThreadPool* pool);
+// Up to this many tokens a matmul takes the decode kernels, once per token.
+constexpr int64_t kMatmulStreamingTokens = 8;
+// Decode tasks cover at least this many weight bytes (MoE expert projections are only 2 MiB), so
+// per-task costs (dispatch, the first group's misses) stay small next to the streaming.
+constexpr int64_t kMatmulDecodeTaskBytes = int64_t(64) << 10;
 
 // Output rows per parallel task. Tasks write disjoint rows, and since each output element is
 // computed whole by one task, the grain only affects speed, never values.

@@ -183,12 +183,9 @@ void dot_tile_f32(const float* const* rows, const float* x, int64_t ldx, int64_t
   }
 }
 
-// Decode: rows streamed together, sharing each load of x (4 FMA chains hide FMA latency).
 // Decode: 8 rows streamed together, sharing each load of x: 8 FMA chains hide FMA latency and
 // 8 concurrent weight streams keep more cache misses in flight than 4 did.
 constexpr int kDecodeRows = 8;
-// Decode tasks cover at least this many weight bytes (MoE expert projections are only 2 MiB).
-constexpr int64_t kDecodeTaskBytes = int64_t(64) << 10;
 // While a group of rows is computed, the group this many groups ahead (inside the same task) is
 // prefetched; rows of 4 KiB or more are left to the hardware prefetcher (measured equal or better).
 constexpr int kPfGroups = 2;
@@ -196,9 +193,6 @@ constexpr int kPfGroups = 2;
 // and one x register must fit the 16 ymm registers.
 constexpr int kTileRows = 4;
 constexpr int kTileTokens = 3;
-// Up to this many tokens, a matmul streams the weights once per token (decode path; the
-// repeats hit L2) instead of widening them for the prefill tiles.
-constexpr int64_t kStreamingTokens = 8;
 
 template <DType D>
 void decode_block(const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, int64_t K,
@@ -282,51 +276,22 @@ void prefill_block(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, 
   }
 }
 
+// One token through the decode kernel of wtype (matmul_row_tasks calls it once per token).
+void decode_rows(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, int64_t K,
+                 const float* x, float* out) {
+  switch (wtype) {
+    case DType::kF16: decode_block<DType::kF16>(w, row_bytes, n0, n1, K, x, out); break;
+    case DType::kBF16: decode_block<DType::kBF16>(w, row_bytes, n0, n1, K, x, out); break;
+    case DType::kF32: decode_block<DType::kF32>(w, row_bytes, n0, n1, K, x, out); break;
+    default: break;  // unreachable: matmul_row_tasks refuses other dtypes
+  }
+}
+
 }  // namespace
 
 void matmul_avx2(DType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
                  int64_t T, float* out, int64_t ldo, ThreadPool* pool) {
-  WEFT_CHECK(matmul_supports(wtype), "matmul: this weight dtype has no kernel");
-  if (N <= 0 || T <= 0 || K <= 0) return;
-  const size_t row_bytes = dtype_bytes(wtype, size_t(K));
-  const auto* wbytes = static_cast<const uint8_t*>(w);
-  // Decode streams each weight once, so per-task costs (dispatch, the first group's misses)
-  // weigh more than in prefill: tasks cover at least kDecodeTaskBytes of weights. The grain
-  // only decides which thread computes an output, never its value.
-  // A few tokens (batched decode of several sequences, MoE experts with a handful of rows) take
-  // the decode path once per token: the task's >= 64 KiB of weights come from memory for the
-  // first token and from L2 for the others, while the prefill path would widen them to f32
-  // first. Each output is the same dot product either way.
-  const bool streaming = T <= kStreamingTokens;
-  int64_t rows_per_task = kMatmulRowsPerTask;
-  if (streaming)
-    while (size_t(rows_per_task) * row_bytes < size_t(kDecodeTaskBytes)) rows_per_task *= 2;
-  auto task = [&](int64_t i) {
-    const int64_t n0 = i * rows_per_task;
-    const int64_t n1 = n0 + rows_per_task < N ? n0 + rows_per_task : N;
-    if (streaming) {
-      for (int64_t t = 0; t < T; ++t) {
-        const float* xt = x + t * ldx;
-        float* ot = out + t * ldo;
-        switch (wtype) {
-          case DType::kF16: decode_block<DType::kF16>(wbytes, row_bytes, n0, n1, K, xt, ot); break;
-          case DType::kBF16: decode_block<DType::kBF16>(wbytes, row_bytes, n0, n1, K, xt, ot); break;
-          case DType::kF32: decode_block<DType::kF32>(wbytes, row_bytes, n0, n1, K, xt, ot); break;
-          default: break;  // unreachable: refused by the WEFT_CHECK above
-        }
-      }
-    } else {
-      prefill_block(wtype, wbytes, row_bytes, n0, n1, K, x, ldx, T, out, ldo);
-    }
-  };
-  const int64_t n_tasks = ceil_div(N, rows_per_task);
-  // Tiny products are not worth waking the workers; values do not depend on this choice.
-  const bool parallel = pool != nullptr && pool->size() > 1 && n_tasks > 1 && N * K * T >= 32768;
-  if (parallel) {
-    pool->parallel_for(n_tasks, task);
-  } else {
-    for (int64_t i = 0; i < n_tasks; ++i) task(i);
-  }
+  matmul_row_tasks(decode_rows, prefill_block, wtype, w, N, K, x, ldx, T, out, ldo, pool);
 }
 
 }  // namespace weft

@@ -149,12 +149,10 @@ void dot_pairs_one_token(const uint8_t* const* rows, const float* x, int64_t K, 
   }
 }
 
-// Rows per decode pass (4 zmm accumulators), the decode task size and prefetch distance: the
-// same choices as matmul_avx2.cpp, so the two paths stream memory alike.
+// Rows per decode pass (4 zmm accumulators) and prefetch distance: the same choices as
+// matmul_avx2.cpp, so the two paths stream memory alike (task sizes: matmul_row_tasks).
 constexpr int kDecodeRows = 8;
-constexpr int64_t kDecodeTaskBytes = int64_t(64) << 10;
 constexpr int kPfGroups = 2;
-constexpr int64_t kStreamingTokens = 8;
 
 template <DType D>
 void decode_block(const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, int64_t K,
@@ -332,45 +330,22 @@ void prefill_block(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, 
   }
 }
 
+// One token through the decode kernel of wtype (matmul_row_tasks calls it once per token).
+void decode_rows(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, int64_t K,
+                 const float* x, float* out) {
+  switch (wtype) {
+    case DType::kF16: decode_block<DType::kF16>(w, row_bytes, n0, n1, K, x, out); break;
+    case DType::kBF16: decode_block<DType::kBF16>(w, row_bytes, n0, n1, K, x, out); break;
+    case DType::kF32: decode_block<DType::kF32>(w, row_bytes, n0, n1, K, x, out); break;
+    default: break;  // unreachable: matmul_row_tasks refuses other dtypes
+  }
+}
+
 }  // namespace
 
 void matmul_avx512(DType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
                    int64_t T, float* out, int64_t ldo, ThreadPool* pool) {
-  WEFT_CHECK(matmul_supports(wtype), "matmul: this weight dtype has no kernel");
-  if (N <= 0 || T <= 0 || K <= 0) return;
-  const size_t row_bytes = dtype_bytes(wtype, size_t(K));
-  const auto* wbytes = static_cast<const uint8_t*>(w);
-  // Task grain and the streaming / prefill split as in matmul_avx2 (see there): they decide
-  // which thread computes an output and how fast, never its value.
-  const bool streaming = T <= kStreamingTokens;
-  int64_t rows_per_task = kMatmulRowsPerTask;
-  if (streaming)
-    while (size_t(rows_per_task) * row_bytes < size_t(kDecodeTaskBytes)) rows_per_task *= 2;
-  auto task = [&](int64_t i) {
-    const int64_t n0 = i * rows_per_task;
-    const int64_t n1 = n0 + rows_per_task < N ? n0 + rows_per_task : N;
-    if (streaming) {
-      for (int64_t t = 0; t < T; ++t) {
-        const float* xt = x + t * ldx;
-        float* ot = out + t * ldo;
-        switch (wtype) {
-          case DType::kF16: decode_block<DType::kF16>(wbytes, row_bytes, n0, n1, K, xt, ot); break;
-          case DType::kBF16: decode_block<DType::kBF16>(wbytes, row_bytes, n0, n1, K, xt, ot); break;
-          case DType::kF32: decode_block<DType::kF32>(wbytes, row_bytes, n0, n1, K, xt, ot); break;
-          default: break;  // unreachable: refused by the WEFT_CHECK above
-        }
-      }
-    } else {
-      prefill_block(wtype, wbytes, row_bytes, n0, n1, K, x, ldx, T, out, ldo);
-    }
-  };
-  const int64_t n_tasks = ceil_div(N, rows_per_task);
-  const bool parallel = pool != nullptr && pool->size() > 1 && n_tasks > 1 && N * K * T >= 32768;
-  if (parallel) {
-    pool->parallel_for(n_tasks, task);
-  } else {
-    for (int64_t i = 0; i < n_tasks; ++i) task(i);
-  }
+  matmul_row_tasks(decode_rows, prefill_block, wtype, w, N, K, x, ldx, T, out, ldo, pool);
 }
 
 }  // namespace weft
