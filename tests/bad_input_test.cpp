@@ -652,5 +652,16 @@ TEST_F(BadInputTest, FuzzThroughTheBinary) {
   }
 }
 
+// A misspelt WEFT_SIMD must not pass silently as "no cap" (a benchmark of avx2 vs avx512 would
+// compare a path with itself): it is named on stderr, and the known values cap the level.
+TEST(SimdLevelEnv, UnknownValueIsSaidAndKnownValuesCap) {
+  std::string out;
+  ASSERT_EQ(test::run_command("WEFT_SIMD=avx3 " + test::weft_binary() + " info", &out), 0) << out;
+  EXPECT_NE(out.find("WEFT_SIMD=avx3 is not one of scalar, avx2, avx512"), std::string::npos) << out;
+  ASSERT_EQ(test::run_command("WEFT_SIMD=scalar " + test::weft_binary() + " info", &out), 0) << out;
+  EXPECT_NE(out.find("cpu: scalar"), std::string::npos) << out;
+  EXPECT_EQ(out.find("is not one of"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace weft

@@ -1,5 +1,6 @@
 #include "core/cpu_features.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -60,7 +61,9 @@ SimdLevel environment_cap() {
   if (simd == nullptr || simd[0] == '\0') return SimdLevel::kAvx512;
   if (std::strcmp(simd, "scalar") == 0) return SimdLevel::kScalar;
   if (std::strcmp(simd, "avx2") == 0) return SimdLevel::kAvx2;
-  return SimdLevel::kAvx512;  // "avx512" or anything unknown: no cap
+  if (std::strcmp(simd, "avx512") != 0)  // said once: the level is chosen once per process
+    std::fprintf(stderr, "weft: WEFT_SIMD=%s is not one of scalar, avx2, avx512; ignored (no cap)\n", simd);
+  return SimdLevel::kAvx512;
 }
 
 }  // namespace

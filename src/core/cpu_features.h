@@ -4,7 +4,8 @@
 // compiled), avx2 (AVX2 + FMA + F16C) and avx512 (AVX-512 F/BW/VL/DQ, plus VNNI and BF16 where
 // the CPU has them). A level is used only where the CPU and the OS support it; the environment
 // can cap it, never raise it:
-//   WEFT_SIMD=scalar|avx2|avx512   highest level to use (default: the best the CPU has)
+//   WEFT_SIMD=scalar|avx2|avx512   highest level to use (default: the best the CPU has; any other
+//                                  value is named on stderr and ignored)
 //   WEFT_FORCE_SCALAR=1            same as WEFT_SIMD=scalar (kept for the tests that use it)
 // Which level ran is printed by `weft info` and recorded in bench output.
 #pragma once
