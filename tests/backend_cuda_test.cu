@@ -247,6 +247,29 @@ TEST_P(CudaBackendTest, GraphReplayEqualsEagerLaunches) {
   EXPECT_TRUE(same_bits(eager, graphs));
 }
 
+// The fused launches of a decode step (residual add + norm, swiglu folded into the product that
+// reads it, moe_gather into the expert products) give the bits of the separate kernels
+// (WEFT_CUDA_FUSE=0), for one-row steps (every fold) and a 4-row verify (the batched forms).
+TEST_P(CudaBackendTest, FusedLaunchesEqualSeparateKernels) {
+  const int64_t V = model_->config().vocab_size;
+  const std::vector<int32_t> prompt = random_prompt(37, V, 31), steps = random_prompt(5, V, 32),
+                             draft = random_prompt(4, V, 33);
+  auto decode_and_verify = [&] {
+    std::vector<float> out = run(*model_, options(Device::kCuda), prompt, steps);
+    Session s(*model_, options(Device::kCuda));
+    EXPECT_TRUE(s.feed(prompt.data(), int64_t(prompt.size()), nullptr, nullptr).ok());
+    std::vector<float> v(draft.size() * size_t(V));
+    EXPECT_TRUE(s.verify(draft.data(), int64_t(draft.size()), v.data()).ok());
+    out.insert(out.end(), v.begin(), v.end());
+    return out;
+  };
+  ASSERT_EQ(setenv("WEFT_CUDA_FUSE", "0", 1), 0);
+  const std::vector<float> separate = decode_and_verify();
+  unsetenv("WEFT_CUDA_FUSE");
+  const std::vector<float> fused = decode_and_verify();
+  EXPECT_TRUE(same_bits(separate, fused));
+}
+
 INSTANTIATE_TEST_SUITE_P(All, CudaBackendTest,
                          ::testing::Values("qwen35_dense", "qwen35_moe_hd256", "qwen35_moe_experts_f16",
                                            "qwen35_vl_tied_sharded", "qwen3next_moe", "qwen3_tied_f16", "llama_f32",

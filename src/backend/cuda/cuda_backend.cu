@@ -27,9 +27,11 @@
 #include <map>
 #include <memory>
 #include <new>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cuda/device_weights.h"
@@ -96,56 +98,74 @@ constexpr int64_t kGraphRows = 64;
 // The device arrays of the last MoE routing, one per output of cuda::moe_route.
 enum class Route : int { kSlotExpert, kSlotWeight, kExpertBegin, kSortedSlot, kSlotPos, kTileExpert, kTileT0, kNTiles, kCount };
 
-// WEFT_CUDA_PROFILE=1: every op synchronises the stream after it and adds its wall time (launch +
-// GPU time + any host work it does) to a per-op total; the backend prints the table on exit. The
-// per-forward column divides by the number of forward calls (one rope_tables per call), so a
-// decode-only run reads as the breakdown of one decode step. Off by default: no synchronisation.
+// WEFT_CUDA_PROFILE=1: GPU time per op without host synchronisation: each launch (deferred or
+// direct) is bracketed by two CUDA events on the stream, read back when the forward pass ends.
+// Graphs are off while profiling (segments launch op by op, with the same merges and fusions),
+// so a row is the op's kernels plus the gaps between them on the GPU. The per-forward column
+// counts only forward passes of at most kGraphRows rows (decode and verify steps; prefill chunks are
+// left out), so it reads as the breakdown of one decode step. Off by default.
 struct OpProfile {
   struct Entry {
     int64_t calls = 0;
     double seconds = 0;
   };
+  struct Pending {
+    const char* op;
+    cudaEvent_t begin, end;
+  };
   bool on = false;
   std::map<std::string, Entry> ops;
   int64_t forwards = 0;
+  std::vector<Pending> pending;
+  std::vector<cudaEvent_t> free_events;
+  cudaEvent_t event() {
+    if (free_events.empty()) {
+      cudaEvent_t e;
+      WEFT_CUDA_CHECK(cudaEventCreate(&e));
+      return e;
+    }
+    cudaEvent_t e = free_events.back();
+    free_events.pop_back();
+    return e;
+  }
+  // After the stream has drained: adds the pending intervals to the totals (when `count`).
+  void harvest(bool count) {
+    for (const Pending& p : pending) {
+      float ms = 0;
+      WEFT_CUDA_CHECK(cudaEventElapsedTime(&ms, p.begin, p.end));
+      if (count) {
+        Entry& e = ops[p.op];
+        ++e.calls;
+        e.seconds += double(ms) * 1e-3;
+      }
+      free_events.push_back(p.begin);
+      free_events.push_back(p.end);
+    }
+    pending.clear();
+  }
+  ~OpProfile() {
+    for (cudaEvent_t e : free_events) cudaEventDestroy(e);
+  }
   void print(const std::string& name) const {
     if (!on || ops.empty()) return;
     std::vector<std::pair<std::string, Entry>> rows(ops.begin(), ops.end());
     std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
     double total = 0;
-    for (const auto& r : rows) total += r.second.seconds;
-    std::fprintf(stderr, "weft cuda profile (%s; each op synchronised): %lld forward calls, %.3f ms per call\n",
-                 name.c_str(), (long long)forwards, forwards ? total * 1e3 / double(forwards) : 0.0);
-    std::fprintf(stderr, "| op | calls per forward | ms per forward | share |\n|---|---:|---:|---:|\n");
+    int64_t launches = 0;
+    for (const auto& r : rows) total += r.second.seconds, launches += r.second.calls;
+    std::fprintf(stderr,
+                 "weft cuda profile (%s; GPU time per op from CUDA events, graphs off): %lld forward calls, %.3f ms "
+                 "and %.1f launches per call\n",
+                 name.c_str(), (long long)forwards, forwards ? total * 1e3 / double(forwards) : 0.0,
+                 forwards ? double(launches) / double(forwards) : 0.0);
+    std::fprintf(stderr, "| op | launches per forward | ms per forward | us per launch | share |\n|---|---:|---:|---:|---:|\n");
     for (const auto& [op, e] : rows)
-      std::fprintf(stderr, "| %s | %.1f | %.4f | %.1f%% |\n", op.c_str(), forwards ? double(e.calls) / double(forwards) : 0.0,
-                   forwards ? e.seconds * 1e3 / double(forwards) : 0.0, 100.0 * e.seconds / total);
+      std::fprintf(stderr, "| %s | %.1f | %.4f | %.2f | %.1f%% |\n", op.c_str(),
+                   forwards ? double(e.calls) / double(forwards) : 0.0,
+                   forwards ? e.seconds * 1e3 / double(forwards) : 0.0, e.calls ? e.seconds * 1e6 / double(e.calls) : 0.0,
+                   100.0 * e.seconds / total);
   }
 };
-
-class CudaBackend;
-
-// Times one op when profiling (see OpProfile).
-class OpTimer {
- public:
-  OpTimer(OpProfile& p, cudaStream_t stream, const char* op) : p_(p), stream_(stream), op_(op) {
-    if (p_.on) t0_ = std::chrono::steady_clock::now();
-  }
-  ~OpTimer() {
-    if (!p_.on) return;
-    cudaStreamSynchronize(stream_);
-    OpProfile::Entry& e = p_.ops[op_];
-    ++e.calls;
-    e.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-  }
-
- private:
-  OpProfile& p_;
-  cudaStream_t stream_;
-  const char* op_;
-  std::chrono::steady_clock::time_point t0_;
-};
-#define WEFT_OP(name) OpTimer op_timer_(profile_, stream_, name)
 
 class CudaBackend final : public Backend {
  public:
@@ -154,6 +174,8 @@ class CudaBackend final : public Backend {
     profile_.on = prof && *prof && std::string(prof) != "0";
     const char* graphs = std::getenv("WEFT_CUDA_GRAPHS");
     graphs_on_ = !profile_.on && !(graphs && std::string(graphs) == "0");
+    const char* fuse = std::getenv("WEFT_CUDA_FUSE");
+    fuse_on_ = !(fuse && std::string(fuse) == "0");
     WEFT_CUDA_CHECK(cudaSetDevice(0));
     WEFT_CUDA_CHECK(cudaStreamCreate(&stream_));
     recorder_ = std::make_unique<GraphRecorder>(stream_);
@@ -183,9 +205,16 @@ class CudaBackend final : public Backend {
   ThreadPool& pool() override { return pool_; }
   const char* device() const override { return "cuda"; }
 
-  void begin_forward(int64_t rows) override { recorder_->begin(graphs_on_ && rows <= kGraphRows); }
+  // Small forward passes are deferred whether or not graphs are on, so the merges and fusions (and
+  // so the launches) are the same with WEFT_CUDA_GRAPHS=0; only the capture differs.
+  void begin_forward(int64_t rows) override {
+    recorder_->begin(rows <= kGraphRows, graphs_on_);
+    step_forward_ = rows <= kGraphRows;
+  }
   void end_forward() override {
     recorder_->end();
+    harvest_profile();
+    step_forward_ = false;
     if (touched_stale_) {  // a forward pass without logits: read the routing counter here
       WEFT_CUDA_CHECK(cudaMemcpyAsync(touched_host_, touched_dev_, sizeof(long long), cudaMemcpyDeviceToHost, stream_));
       WEFT_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -213,9 +242,10 @@ class CudaBackend final : public Backend {
     return cuda::measure_device_bandwidth(bytes, trials, stream_);
   }
   void copy_to_host(float* dst, const float* src, int64_t n) override {
-    WEFT_OP("copy_to_host");
     recorder_->flush();
-    WEFT_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(n) * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    direct("copy_to_host", [&] {
+      WEFT_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(n) * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    });
     if (touched_stale_)
       WEFT_CUDA_CHECK(cudaMemcpyAsync(touched_host_, touched_dev_, sizeof(long long), cudaMemcpyDeviceToHost, stream_));
     WEFT_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -224,52 +254,73 @@ class CudaBackend final : public Backend {
 
   // ---- Rows ----
   void embed(const Matrix& table, const int32_t* ids, int64_t n, float* x) override {
-    WEFT_OP("embed");
+    const char* const op = "embed";
     const DType dt = table.dtype;
     const void* tw = w(table.data);
     const size_t rb = table.row_bytes();
     const int64_t cols = table.cols;
     const int32_t* dids = stage(ids, n);
     recorder_->sig() << __LINE__ << dt << tw << rb << cols << dids << n << x;
-    launch([=, this] { cuda::embed(dt, tw, rb, cols, dids, n, x, stream_); });
+    launch(op, [=, this] { cuda::embed(dt, tw, rb, cols, dids, n, x, stream_); });
   }
   void gather_rows(const float* src, const int32_t* rows, int64_t n, int64_t width, float* dst) override {
-    WEFT_OP("gather_rows");
+    const char* const op = "gather_rows";
     const int32_t* drows = stage(rows, n);
     recorder_->sig() << __LINE__ << src << drows << n << width << dst;
-    launch([=, this] { cuda::gather_rows(src, drows, n, width, dst, stream_); });
+    launch(op, [=, this] { cuda::gather_rows(src, drows, n, width, dst, stream_); });
   }
   void rmsnorm(const float* x, const float* wt, float* y, int64_t rows, int64_t n, float eps, bool plus_one) override {
-    WEFT_OP("rmsnorm");
+    const char* const op = "rmsnorm";
     const float* wd = w(wt);
     recorder_->sig() << __LINE__ << x << wd << y << rows << n << eps << plus_one;
-    launch([=, this] { cuda::rmsnorm(x, wd, y, rows, n, eps, plus_one, stream_); });
+    // The norm of the residual stream right after its add: one launch (see ResidualRun).
+    if (ResidualRun* r = open_residual(); r && r->a.x == x && !r->a.xn && r->fits(rows, n)) {
+      r->a.rows = rows, r->a.n = n, r->a.w = wd, r->a.xn = y, r->a.eps = eps, r->a.plus_one = plus_one;
+      return;
+    }
+    launch(op, [=, this] { cuda::rmsnorm(x, wd, y, rows, n, eps, plus_one, stream_); });
   }
   void add(float* x, const float* y, int64_t n) override {
-    WEFT_OP("add");
+    const char* const op = "add";
     recorder_->sig() << __LINE__ << x << y << n;
-    launch([=, this] { cuda::add(x, y, n, stream_); });
+    if (ResidualRun* r = open_residual(); r && !r->a.x && r->a.y == y && r->a.rows * r->a.n == n) {
+      r->a.x = x;  // y += σ(s)·shared, then x += y
+      return;
+    }
+    auto run = std::make_shared<ResidualRun>();
+    run->a.x = x, run->a.y = const_cast<float*>(y), run->a.rows = 1, run->a.n = n;
+    launch(op, [run, this] { run_residual(*run); });
+    open_fusable(run);
   }
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override {
-    WEFT_OP("swiglu");
+    const char* const op = "swiglu";
     recorder_->sig() << __LINE__ << gate << up << out << n;
-    launch([=, this] { cuda::swiglu(gate, up, out, n, stream_); });
+    // Folded into the product that reads it when that comes next (see SwigluRun).
+    auto run = std::make_shared<SwigluRun>();
+    run->gate = gate, run->up = up, run->out = out, run->n = n;
+    launch(op, [run, this] {
+      if (!run->folded) cuda::swiglu(run->gate, run->up, run->out, run->n, stream_);
+    });
+    open_fusable(run);
   }
   void mul_sigmoid(float* x, const float* gate, int64_t n) override {
-    WEFT_OP("mul_sigmoid");
+    const char* const op = "mul_sigmoid";
     recorder_->sig() << __LINE__ << x << gate << n;
-    launch([=, this] { cuda::mul_sigmoid(x, gate, n, stream_); });
+    launch(op, [=, this] { cuda::mul_sigmoid(x, gate, n, stream_); });
   }
   void add_sigmoid_scaled(float* y, const float* x, const float* s, int64_t rows, int64_t width) override {
-    WEFT_OP("add_sigmoid_scaled");
+    const char* const op = "add_sigmoid_scaled";
     recorder_->sig() << __LINE__ << y << x << s << rows << width;
-    launch([=, this] { cuda::add_sigmoid_scaled(y, x, s, rows, width, stream_); });
+    auto run = std::make_shared<ResidualRun>();
+    run->a.y = y, run->a.shared = x, run->a.s = s, run->a.rows = rows, run->a.n = width;
+    launch(op, [run, this] { run_residual(*run); });
+    open_fusable(run);
   }
 
   // ---- Matrix products ----
   void matmul(const Matrix& m, const float* x, int64_t T, float* y) override {
     // The output head is the one matmul with a vocabulary-sized N: timed apart.
-    OpTimer op_timer_(profile_, stream_, m.rows >= 65536 ? "matmul (output head)" : "matmul");
+    const char* const op = m.rows >= 65536 ? "matmul (output head)" : "matmul";
     const DType dt = m.dtype;
     const void* wd = w(m.data);
     const size_t rb = m.row_bytes();
@@ -279,6 +330,18 @@ class CudaBackend final : public Backend {
     // (q/k/v, the GDN input projections, gate/up): same per-element order, fewer launches.
     // (Never when y is x: one launch would read x while writing it.)
     const bool one_token = T == 1 && recorder_->deferring() && y != x && cuda::matmul_vec_ok(wd, rb, K, x, K);
+    // swiglu(g, u) -> this product: the product reads g and u and applies swiglu while loading.
+    if (SwigluRun* sw = open_swiglu(); one_token && sw && sw->out == x && sw->n == K && y != sw->up &&
+                                       y != sw->gate && cuda::matmul_vec_ok(wd, rb, K, sw->gate, K) &&
+                                       cuda::matmul_vec_ok(wd, rb, K, sw->up, K)) {
+      sw->folded = true;
+      auto run = std::make_shared<MatvecRun>();
+      run->x = sw->gate, run->up = sw->up, run->K = K, run->type = dt;
+      run->jobs.n = 1, run->jobs.w[0] = wd, run->jobs.row_bytes[0] = rb, run->jobs.N[0] = N, run->jobs.y[0] = y;
+      launch("swiglu+matmul", [run, this] { cuda::matvec_multi(run->type, run->jobs, run->K, run->x, stream_, run->up); });
+      open_matvec_.reset();  // its input is not x: nothing joins it
+      return;
+    }
     if (one_token && open_matvec_ && open_matvec_id_ == recorder_->last_op_id() && open_matvec_->x == x &&
         open_matvec_->K == K && open_matvec_->type == dt && open_matvec_->jobs.n < cuda::kMaxMatvecJobs) {
       cuda::MatvecJobs& j = open_matvec_->jobs;
@@ -290,15 +353,15 @@ class CudaBackend final : public Backend {
       auto run = std::make_shared<MatvecRun>();
       run->x = x, run->K = K, run->type = dt;
       run->jobs.n = 1, run->jobs.w[0] = wd, run->jobs.row_bytes[0] = rb, run->jobs.N[0] = N, run->jobs.y[0] = y;
-      launch([run, this] { cuda::matvec_multi(run->type, run->jobs, run->K, run->x, stream_); });
+      launch(op, [run, this] { cuda::matvec_multi(run->type, run->jobs, run->K, run->x, stream_); });
       open_matvec_ = run;
       open_matvec_id_ = recorder_->last_op_id();
       return;
     }
-    launch([=, this] { cuda::matmul(dt, wd, rb, N, K, x, K, T, y, N, stream_); });
+    launch(op, [=, this] { cuda::matmul(dt, wd, rb, N, K, x, K, T, y, N, stream_); });
   }
   void grouped_matmul(const MoeRouting& r, const GroupedMatmul* jobs, int64_t n_jobs) override {
-    WEFT_OP("grouped_matmul");
+    const char* const op = "grouped_matmul";
     // One launch per weight type present (one in every model so far) over the routing's token
     // tiles; the routing itself stays on the device.
     if (n_jobs == 0 || r.n_experts == 0 || r.rows == 0) return;
@@ -307,6 +370,17 @@ class CudaBackend final : public Backend {
     for (int64_t j = 0; j < n_jobs; ++j)
       for (int64_t e = 0; e < E; ++e)
         if (std::find(types.begin(), types.end(), jobs[j].w[e].dtype) == types.end()) types.push_back(jobs[j].w[e].dtype);
+    // Folds (one-row routing, i.e. one decode row): a moe_gather right before this launch is not
+    // run: every slot's input is the row itself (ldx 0); a swiglu right before is applied while
+    // loading (the product reads its gate and up).
+    const bool one_row = r.rows == 1;
+    GatherRun* ga = one_row && types.size() == 1 ? open_gather() : nullptr;
+    SwigluRun* sw = one_row && types.size() == 1 ? open_swiglu() : nullptr;
+    for (int64_t j = 0; j < n_jobs; ++j) {
+      if (ga && (jobs[j].x != ga->dst || jobs[j].ldx != ga->width)) ga = nullptr;
+      if (sw && (jobs[j].x != sw->out || jobs[j].ldx * r.k != sw->n || jobs[j].y == sw->up || jobs[j].y == sw->gate))
+        sw = nullptr;
+    }
     for (const DType type : types) {
       std::vector<cuda::ExpertMatmulJob>& dj = expert_job_staging_;
       dj.clear();
@@ -328,18 +402,28 @@ class CudaBackend final : public Backend {
         max_n = std::max(max_n, t.N);
         vec = vec && t.aligned && reinterpret_cast<uintptr_t>(job.x) % 16 == 0 && job.ldx % 4 == 0;
       }
+      // The folds need the one-row vector kernel and 16-byte aligned rows to read instead.
+      auto aligned = [](const float* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+      if (!vec || (ga && !aligned(ga->x))) ga = nullptr;
+      if (!vec || (sw && !(aligned(sw->gate) && aligned(sw->up)))) sw = nullptr;
+      for (cuda::ExpertMatmulJob& job : dj) {
+        if (ga) job.x = ga->x, job.ldx = 0;
+        if (sw) job.x = sw->gate, job.up = sw->up;
+      }
+      if (ga) ga->folded = true;
+      if (sw) sw->folded = true;
       const cuda::ExpertMatmulJob* djobs = stage(dj.data(), int64_t(dj.size()));
       const int64_t n = int64_t(dj.size());
       const int32_t* begin = r.expert_begin;
       const int32_t* tile_expert = route_ptr<int32_t>(Route::kTileExpert);
       const int32_t* tile_t0 = route_ptr<int32_t>(Route::kTileT0);
       const int32_t* n_tiles = route_ptr<int32_t>(Route::kNTiles);
-      const bool one_row = r.rows == 1;
+      const bool swiglu = sw != nullptr;
       recorder_->sig() << __LINE__ << type << djobs << n << max_n << begin << tile_expert << tile_t0 << n_tiles
-                       << max_tiles << vec << one_row;
-      launch([=, this] {
+                       << max_tiles << vec << one_row << swiglu << (ga != nullptr);
+      launch(swiglu ? "swiglu+grouped_matmul" : ga ? "moe_gather+grouped_matmul" : op, [=, this] {
         cuda::expert_matmul(type, djobs, n, max_n, begin, tile_expert, tile_t0, n_tiles, max_tiles, vec, one_row,
-                            stream_);
+                            swiglu, stream_);
       });
     }
   }
@@ -347,15 +431,14 @@ class CudaBackend final : public Backend {
   // ---- Attention ----
   void rope_tables(const int64_t* positions, int64_t rows, const float* inv_freq, int64_t half, float* cos,
                    float* sin) override {
-    WEFT_OP("rope_tables");
-    ++profile_.forwards;
+    const char* const op = "rope_tables";
     const int64_t* dpos = stage(positions, rows);
     const float* dinv = stage(inv_freq, half);
     recorder_->sig() << __LINE__ << dpos << rows << dinv << half << cos << sin;
-    launch([=, this] { cuda::rope_tables(dpos, rows, dinv, half, cos, sin, stream_); });
+    launch(op, [=, this] { cuda::rope_tables(dpos, rows, dinv, half, cos, sin, stream_); });
   }
   void attention_prep(const AttentionPrepArgs& a) override {
-    WEFT_OP("attention_prep");
+    const char* const op = "attention_prep";
     AttentionPrepArgs d = a;
     d.q_bias = w(a.q_bias);
     d.k_bias = w(a.k_bias);
@@ -365,21 +448,19 @@ class CudaBackend final : public Backend {
     recorder_->sig() << __LINE__ << d.qg << d.k << d.v << d.q << d.gate << d.q_bias << d.k_bias << d.v_bias << d.q_norm
                      << d.k_norm << d.cos << d.sin << d.rows << d.n_heads << d.n_kv << d.head_dim << d.rotary_dim
                      << d.gated << d.norm_plus_one << d.rotate_k << d.rotate_v << d.eps;
-    launch([=, this] { cuda::attention_prep(d, stream_); });
+    launch(op, [=, this] { cuda::attention_prep(d, stream_); });
   }
   // KV append and attention take the sequence's position and page count as launch arguments,
   // which change every step: they run at once, between the graphs (see GraphRecorder).
   void kv_append(KvCache& cache, int64_t layer, const float* k, const float* v, int64_t T) override {
-    WEFT_OP("kv_append");
     recorder_->flush();
     const int64_t pos0 = cache.length(layer);
     KvLayerView view = cache.grow(layer, T);
     view.pages = stage(view.pages, view.n_pages, /*direct=*/true);
     recorder_->flush();
-    cuda::kv_append(view, pos0, k, v, T, stream_);
+    direct("kv_append", [&] { cuda::kv_append(view, pos0, k, v, T, stream_); });
   }
   void attention(const AttentionCall* calls, int64_t n) override {
-    WEFT_OP("attention");
     if (n == 0) return;
     recorder_->flush();
     // All calls' page tables in one staged array; each call's view then points at its slice.
@@ -397,38 +478,54 @@ class CudaBackend final : public Backend {
     const size_t ws = cuda::attention_workspace_bytes(dcalls.data(), n);
     void* workspace = ws ? workspace_.reserve(ws) : nullptr;
     recorder_->flush();
-    cuda::attention(dcalls.data(), n, workspace, stream_);
+    direct("attention", [&] { cuda::attention(dcalls.data(), n, workspace, stream_); });
   }
   void hadamard_rows(float* x, int64_t rows, int64_t n) override {
-    WEFT_OP("hadamard_rows");
+    const char* const op = "hadamard_rows";
     recorder_->sig() << __LINE__ << x << rows << n;
-    launch([=, this] { cuda::hadamard_rows(x, rows, n, stream_); });
+    launch(op, [=, this] { cuda::hadamard_rows(x, rows, n, stream_); });
   }
 
   // ---- Gated DeltaNet ----
   void gdn_unpack(const float* qkvz, const float* ba, int64_t rows, int64_t n_k, int64_t n_v, int64_t dk, int64_t dv,
                   float* mixed, float* z, float* b, float* a) override {
-    WEFT_OP("gdn_unpack");
+    const char* const op = "gdn_unpack";
     recorder_->sig() << __LINE__ << qkvz << ba << rows << n_k << n_v << dk << dv << mixed << z << b << a;
-    launch([=, this] { cuda::gdn_unpack(qkvz, ba, rows, n_k, n_v, dk, dv, mixed, z, b, a, stream_); });
+    launch(op, [=, this] { cuda::gdn_unpack(qkvz, ba, rows, n_k, n_v, dk, dv, mixed, z, b, a, stream_); });
   }
   void causal_conv(float* x, int64_t T, int64_t channels, const float* wt, int64_t kernel, float* conv_state) override {
-    WEFT_OP("causal_conv");
+    const char* const op = "causal_conv";
     const float* wd = w(wt);
     recorder_->sig() << __LINE__ << x << T << channels << wd << kernel << conv_state;
-    launch([=, this] { cuda::causal_conv(x, T, channels, wd, kernel, conv_state, stream_); });
+    // gdn_prep of the same rows right after joins this launch (cuda::causal_conv_prep).
+    auto run = std::make_shared<ConvRun>();
+    run->x = x, run->T = T, run->channels = channels, run->w = wd, run->kernel = kernel, run->state = conv_state;
+    launch(op, [run, this] {
+      if (run->prep) {
+        timing_name_ = "causal_conv+gdn_prep";
+        cuda::causal_conv_prep(run->w, run->kernel, run->state, *run->prep, stream_);
+      } else {
+        cuda::causal_conv(run->x, run->T, run->channels, run->w, run->kernel, run->state, stream_);
+      }
+    });
+    open_fusable(run);
   }
   void gdn_prep(const GdnPrepArgs& a) override {
-    WEFT_OP("gdn_prep");
+    const char* const op = "gdn_prep";
     GdnPrepArgs d = a;
     d.a_log = w(a.a_log);
     d.dt_bias = w(a.dt_bias);
     recorder_->sig() << __LINE__ << d.mixed << d.beta << d.g << d.a_log << d.dt_bias << d.rows << d.conv_dim << d.n_k
                      << d.n_v << d.dk;
-    launch([=, this] { cuda::gdn_prep(d, stream_); });
+    if (ConvRun* c = open_conv(); c && c->x == d.mixed && c->T == d.rows && c->channels == d.conv_dim &&
+                                  cuda::conv_prep_fusable(d, c->kernel)) {
+      c->prep = d;
+      return;
+    }
+    launch(op, [=, this] { cuda::gdn_prep(d, stream_); });
   }
   void gdn_recurrence(const GdnCall* calls, int64_t n) override {
-    WEFT_OP("gdn_recurrence");
+    const char* const op = "gdn_recurrence";
     // Both forms run the token-by-token recurrence (see gdn.cuh): prefill split invariance holds
     // for any split, and k+1 verify rows equal k+1 steps.
     std::vector<GdnRecurrentArgs> args;
@@ -439,21 +536,21 @@ class CudaBackend final : public Backend {
                        << g.T << g.n_k << g.n_v << g.dk << g.dv;
       args.push_back(g);
     }
-    launch([args = std::move(args), this] {
+    launch(op, [args = std::move(args), this] {
       for (const GdnRecurrentArgs& g : args) cuda::gdn_recurrence(g, stream_);
     });
   }
   void rmsnorm_gated(const float* x, const float* z, const float* wt, float* y, int64_t rows, int64_t n,
                      float eps) override {
-    WEFT_OP("rmsnorm_gated");
+    const char* const op = "rmsnorm_gated";
     const float* wd = w(wt);
     recorder_->sig() << __LINE__ << x << z << wd << y << rows << n << eps;
-    launch([=, this] { cuda::rmsnorm_gated(x, z, wd, y, rows, n, eps, stream_); });
+    launch(op, [=, this] { cuda::rmsnorm_gated(x, z, wd, y, rows, n, eps, stream_); });
   }
 
   // ---- Mixture of experts ----
   MoeRouting moe_route(float* logits, int64_t rows, int64_t n_experts, int64_t k, bool renormalize) override {
-    WEFT_OP("moe_route");
+    const char* const op = "moe_route";
     const int64_t slots = rows * k, tiles = cuda::moe_max_tiles(rows, k, n_experts);
     cuda::MoeRouteOut o;
     o.slot_expert = grow<int32_t>(route_[size_t(Route::kSlotExpert)], slots);
@@ -470,7 +567,7 @@ class CudaBackend final : public Backend {
     recorder_->sig() << __LINE__ << logits << rows << n_experts << k << renormalize << o.slot_expert << o.slot_weight
                      << o.expert_begin << o.sorted_slot << o.slot_pos << o.tile_expert << o.tile_t0 << o.n_tiles
                      << o.experts_touched;
-    launch([=, this] { cuda::moe_route(logits, rows, n_experts, k, renormalize, o, stream_); });
+    launch(op, [=, this] { cuda::moe_route(logits, rows, n_experts, k, renormalize, o, stream_); });
     MoeRouting d;
     d.rows = rows;
     d.k = k;
@@ -483,20 +580,26 @@ class CudaBackend final : public Backend {
     return d;
   }
   void moe_gather(const MoeRouting& r, const float* x, int64_t width, float* dst) override {
-    WEFT_OP("moe_gather");
+    const char* const op = "moe_gather";
     const int32_t* sorted = r.sorted_slot;
     const int64_t slots = r.rows * r.k, k = r.k;
     recorder_->sig() << __LINE__ << sorted << slots << k << x << width << dst;
-    launch([=, this] { cuda::moe_gather(sorted, slots, k, x, width, dst, stream_); });
+    // Folded into the expert products when they come next (grouped_matmul).
+    auto run = std::make_shared<GatherRun>();
+    run->x = x, run->dst = dst, run->width = width;
+    launch(op, [=, this] {
+      if (!run->folded) cuda::moe_gather(sorted, slots, k, x, width, dst, stream_);
+    });
+    open_fusable(run);
   }
   void moe_combine(const MoeRouting& r, const float* out, int64_t width, float* y) override {
-    WEFT_OP("moe_combine");
+    const char* const op = "moe_combine";
     const int32_t* expert = r.slot_expert;
     const float* weight = r.slot_weight;
     const int32_t* pos = r.slot_pos;
     const int64_t rows = r.rows, k = r.k;
     recorder_->sig() << __LINE__ << expert << weight << pos << rows << k << out << width << y;
-    launch([=, this] { cuda::moe_combine(expert, weight, pos, rows, k, out, width, y, stream_); });
+    launch(op, [=, this] { cuda::moe_combine(expert, weight, pos, rows, k, out, width, y, stream_); });
   }
 
  private:
@@ -550,11 +653,103 @@ class CudaBackend final : public Backend {
   T* route_ptr(Route r) const {
     return static_cast<T*>(route_[size_t(r)].ptr);
   }
-  void launch(std::function<void()> f) { recorder_->op(std::move(f)); }
+  // Defers (or runs) one op's launches; when profiling, brackets them with events named `op`, or
+  // by the name a fused launch sets in timing_name_.
+  void launch(const char* op, std::function<void()> f) { recorder_->op(timed(op, std::move(f))); }
+  std::function<void()> timed(const char* op, std::function<void()> f) {
+    if (!profile_.on) return f;
+    return [this, op, f = std::move(f)] {
+      cudaEvent_t b = profile_.event(), e = profile_.event();
+      WEFT_CUDA_CHECK(cudaEventRecord(b, stream_));
+      timing_name_ = op;
+      f();
+      WEFT_CUDA_CHECK(cudaEventRecord(e, stream_));
+      profile_.pending.push_back({timing_name_, b, e});
+    };
+  }
+  // Runs an op that is not deferred (timed when profiling).
+  void direct(const char* op, const std::function<void()>& f) { timed(op, f)(); }
+  // Reads the profile's events once the stream has drained.
+  // Only decode / verify forward passes count: the table is the breakdown of one step.
+  void harvest_profile() {
+    if (!profile_.on) return;
+    WEFT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (step_forward_) ++profile_.forwards;
+    profile_.harvest(step_forward_);
+  }
+
+  // Fusions. A deferred launch that a following op may fold into stays "open" until any other op
+  // is deferred or the segment is flushed (recorder_->last_op_id() changes); the following op
+  // then edits the open run's arguments instead of launching. The decision depends only on the
+  // op sequence and its arguments, which the signature holds, so a graph replays the same fused
+  // launches; and each fused kernel computes exactly the separate kernels' arithmetic (shared
+  // device helpers, the same reduction orders), so fused and unfused launches give the same bits
+  // (WEFT_CUDA_FUSE=0 runs unfused; tests/backend_cuda_test.cu compares). A folded swiglu or
+  // moe_gather does not write its output buffer: the product that follows reads its inputs
+  // instead, and forward() reads those buffers nowhere else.
+  //   add_sigmoid_scaled (shared expert) -> add (residual) -> rmsnorm (next layer's norm): one
+  //   ResidualRun, one cuda::residual_rmsnorm launch;
+  //   swiglu -> one-token matmul or one-row grouped_matmul reading its output;
+  //   moe_gather -> one-row grouped_matmul reading its output;
+  //   causal_conv -> gdn_prep of the same rows (one sequence): cuda::causal_conv_prep.
+  struct ResidualRun {
+    cuda::ResidualArgs a;
+    // rmsnorm(x, rows, n) can join: the same rows as the shared-expert add, or the add's n floats.
+    bool fits(int64_t rows, int64_t n) const { return a.shared ? rows == a.rows && n == a.n : rows * n == a.rows * a.n; }
+  };
+  struct SwigluRun {
+    const float *gate = nullptr, *up = nullptr;
+    float* out = nullptr;
+    int64_t n = 0;
+    bool folded = false;
+  };
+  struct ConvRun {
+    float* x = nullptr;
+    int64_t T = 0, channels = 0, kernel = 0;
+    const float* w = nullptr;
+    float* state = nullptr;
+    std::optional<GdnPrepArgs> prep;
+  };
+  struct GatherRun {
+    const float* x = nullptr;
+    float* dst = nullptr;
+    int64_t width = 0;
+    bool folded = false;
+  };
+  std::shared_ptr<ResidualRun> open_residual_;
+  std::shared_ptr<SwigluRun> open_swiglu_;
+  std::shared_ptr<GatherRun> open_gather_;
+  std::shared_ptr<ConvRun> open_conv_;
+  uint64_t open_id_ = 0;
+  template <typename Run>
+  void open_fusable(const std::shared_ptr<Run>& run) {
+    open_residual_.reset(), open_swiglu_.reset(), open_gather_.reset(), open_conv_.reset();
+    if constexpr (std::is_same_v<Run, ResidualRun>) open_residual_ = run;
+    else if constexpr (std::is_same_v<Run, SwigluRun>) open_swiglu_ = run;
+    else if constexpr (std::is_same_v<Run, ConvRun>) open_conv_ = run;
+    else open_gather_ = run;
+    open_id_ = recorder_->last_op_id();
+  }
+  template <typename Run>
+  Run* open_run(const std::shared_ptr<Run>& run) const {
+    return fuse_on_ && recorder_->deferring() && run && open_id_ == recorder_->last_op_id() ? run.get() : nullptr;
+  }
+  ResidualRun* open_residual() const { return open_run(open_residual_); }
+  SwigluRun* open_swiglu() const { return open_run(open_swiglu_); }
+  GatherRun* open_gather() const { return open_run(open_gather_); }
+  ConvRun* open_conv() const { return open_run(open_conv_); }
+  void run_residual(const ResidualRun& r) {
+    const cuda::ResidualArgs& a = r.a;
+    if (!a.x) return cuda::add_sigmoid_scaled(a.y, a.shared, a.s, a.rows, a.n, stream_);
+    if (!a.shared && !a.xn) return cuda::add(a.x, a.y, a.rows * a.n, stream_);
+    timing_name_ = a.shared ? (a.xn ? "add_sigmoid_scaled+add+rmsnorm" : "add_sigmoid_scaled+add") : "add+rmsnorm";
+    cuda::residual_rmsnorm(a, stream_);
+  }
 
   // The one-token products of the input row x that share the launch being deferred.
   struct MatvecRun {
     const float* x = nullptr;
+    const float* up = nullptr;  // set: the input is swiglu(x, up)
     int64_t K = 0;
     DType type = DType::kF32;
     cuda::MatvecJobs jobs;
@@ -564,7 +759,10 @@ class CudaBackend final : public Backend {
 
   ThreadPool pool_;
   OpProfile profile_;
+  const char* timing_name_ = nullptr;
+  bool step_forward_ = false;  // inside a forward pass of at most kGraphRows rows
   bool graphs_on_ = true;
+  bool fuse_on_ = true;  // WEFT_CUDA_FUSE=0: no fused launches (the before of docs/results.md §10)
   std::string name_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<GraphRecorder> recorder_;

@@ -59,13 +59,14 @@ void GraphRecorder::clear_graphs() {
   graphs_.clear();
 }
 
-void GraphRecorder::begin(bool defer) {
+void GraphRecorder::begin(bool defer, bool graphs) {
   flush();
   // The arena is rewritten from its start: wait until its last copy to the device has been made.
   if (copy_recorded_) WEFT_CUDA_CHECK(cudaEventSynchronize(copied_event_));
   free_retired();  // cudaFree waits for the kernels that may still read them
   for (Arena* a : {&deferred_, &direct_}) a->used = a->copied = 0;
   defer_ = defer;
+  capture_ = graphs;
   in_forward_ = true;
 }
 
@@ -154,6 +155,13 @@ void GraphRecorder::flush() {
   ++op_count_;
   copy_staged();
   if (pending_.empty()) return;
+  if (!capture_) {  // graphs off: the same closures, launched one by one
+    run_pending();
+    ++stats_.eager_segments;
+    pending_.clear();
+    sig_.clear();
+    return;
+  }
   if (graphs_.size() >= kMaxGraphs) clear_graphs();
   Segment& seg = graphs_[hash_sig(sig_)];
   if (seg.sig == sig_ && seg.exec) {

@@ -43,7 +43,9 @@ class GraphRecorder {
   GraphRecorder& operator=(const GraphRecorder&) = delete;
 
   // Starts a forward pass; `defer` false runs every op at once (as outside a forward pass).
-  void begin(bool defer);
+  // `graphs` false still defers (so the backend merges and fuses exactly as with graphs) but
+  // runs every segment's closures eagerly instead of capturing them.
+  void begin(bool defer, bool graphs = true);
   // Launches what is still deferred; ops run at once again.
   void end();
   bool deferring() const { return defer_; }
@@ -98,7 +100,7 @@ class GraphRecorder {
   void free_retired();
 
   cudaStream_t stream_;
-  bool defer_ = false, in_forward_ = false;
+  bool defer_ = false, capture_ = true, in_forward_ = false;
   std::string sig_;
   std::vector<std::function<void()>> pending_;
   uint64_t op_count_ = 1;

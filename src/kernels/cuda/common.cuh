@@ -23,6 +23,10 @@ __device__ __forceinline__ float bf16_bits_to_f32(uint16_t b) { return __uint_as
 __device__ __forceinline__ float f16_bits_to_f32(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 __device__ __forceinline__ float sigmoid_dev(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float silu_dev(float x) { return x / (1.0f + expf(-x)); }
+// y + g·x as one fma: the formula of add_sigmoid_scaled, shared with its fused twin (same bits).
+__device__ __forceinline__ float gated_add_dev(float y, float g, float x) { return fmaf(g, x, y); }
+// silu(g)·u: the formula of swiglu, shared with the products that fold it into their input.
+__device__ __forceinline__ float swiglu_dev(float g, float u) { return silu_dev(g) * u; }
 __device__ __forceinline__ float softplus_dev(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 // Sum of v over the block (blockDim.x a multiple of 32, at most 1024), the same on every thread.

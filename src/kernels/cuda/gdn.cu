@@ -30,22 +30,46 @@ __global__ void gdn_unpack_kernel(const float* qkvz, const float* ba, int64_t nk
 
 constexpr int kMaxConvKernel = 8;
 
-__global__ void causal_conv_kernel(float* x, int64_t T, int64_t channels, const float* w, int kernel, float* state) {
-  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= channels) return;
-  const int hist = kernel - 1;
+// One channel of the causal conv: its weights and window in registers, one row at a time (the
+// plain kernel and the fused conv + prep kernel share it, so both give the same bits).
+struct ConvChannel {
   float win[kMaxConvKernel];
   float wc[kMaxConvKernel];
-  for (int j = 0; j < kernel; ++j) wc[j] = w[c * kernel + j];
-  for (int j = 0; j < hist; ++j) win[j] = state[j * channels + c];
-  for (int64_t t = 0; t < T; ++t) {
+  int kernel = 0;
+  __device__ void load(const float* w, const float* state, int64_t channels, int64_t c, int k) {
+    kernel = k;
+    for (int j = 0; j < kernel; ++j) wc[j] = w[c * kernel + j];
+    for (int j = 0; j < kernel - 1; ++j) win[j] = state[j * channels + c];
+  }
+  // Row t's output (SiLU of the window's dot product), written over x.
+  __device__ float step(float* x, int64_t t, int64_t channels, int64_t c) {
+    const int hist = kernel - 1;
     win[hist] = x[t * channels + c];
     float s = 0;
     for (int j = 0; j < kernel; ++j) s += wc[j] * win[j];
-    x[t * channels + c] = silu_dev(s);
+    const float out = silu_dev(s);
+    x[t * channels + c] = out;
     for (int j = 0; j < hist; ++j) win[j] = win[j + 1];
+    return out;
   }
-  for (int j = 0; j < hist; ++j) state[j * channels + c] = win[j];
+  __device__ void store(float* state, int64_t channels, int64_t c) const {
+    for (int j = 0; j < kernel - 1; ++j) state[j * channels + c] = win[j];
+  }
+};
+
+__global__ void causal_conv_kernel(float* x, int64_t T, int64_t channels, const float* w, int kernel, float* state) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= channels) return;
+  ConvChannel ch;
+  ch.load(w, state, channels, c, kernel);
+  for (int64_t t = 0; t < T; ++t) ch.step(x, t, channels, c);
+  ch.store(state, channels, c);
+}
+
+// β = σ(b) and the log decay g = −exp(A_log)·softplus(a + dt_bias) of row t, value head j.
+__device__ __forceinline__ void gate_terms(const GdnPrepArgs& a, int64_t t, int64_t j) {
+  a.beta[t * a.n_v + j] = sigmoid_dev(a.beta[t * a.n_v + j]);
+  a.g[t * a.n_v + j] = -expf(a.a_log[j]) * softplus_dev(a.g[t * a.n_v + j] + a.dt_bias[j]);
 }
 
 // One block per row: the q/k heads' l2 norms (double, block_sum order per head), β and g.
@@ -62,9 +86,42 @@ __global__ void gdn_prep_kernel(GdnPrepArgs a, float q_scale) {
       x[i] = h < a.n_k ? v * q_scale : v;
     }
   }
-  for (int64_t j = threadIdx.x; j < a.n_v; j += blockDim.x) {
-    a.beta[t * a.n_v + j] = sigmoid_dev(a.beta[t * a.n_v + j]);
-    a.g[t * a.n_v + j] = -expf(a.a_log[j]) * softplus_dev(a.g[t * a.n_v + j] + a.dt_bias[j]);
+  for (int64_t j = threadIdx.x; j < a.n_v; j += blockDim.x) gate_terms(a, t, j);
+}
+
+// The fused decode form of causal_conv + gdn_prep (T rows of one sequence): blocks [0, 2·n_k)
+// each own one q/k head (its dk <= 128 channels, one per thread): conv row t, then the head's l2
+// norm of row t with gdn_prep_kernel's block size (128) and order; the next blocks conv the value
+// channels, 128 per block; the last block computes β and g of every row. Same bits as the two
+// kernels one after the other; one launch, and the heads' norms run in parallel.
+constexpr int kConvPrepThreads = 128;
+__global__ void __launch_bounds__(kConvPrepThreads)
+    conv_prep_kernel(const float* w, int kernel, float* state, GdnPrepArgs a, float q_scale) {
+  const int64_t b = blockIdx.x, n_qk = 2 * a.n_k, channels = a.conv_dim, T = a.rows;
+  const int64_t v0 = n_qk * a.dk, n_vblocks = (channels - v0 + kConvPrepThreads - 1) / kConvPrepThreads;
+  if (b < n_qk) {
+    const int64_t c = b * a.dk + threadIdx.x;
+    const bool mine = threadIdx.x < a.dk;
+    ConvChannel ch;
+    if (mine) ch.load(w, state, channels, c, kernel);
+    for (int64_t t = 0; t < T; ++t) {
+      const float v = mine ? ch.step(a.mixed, t, channels, c) : 0.0f;
+      double ss = mine ? double(v) * double(v) : 0.0;
+      ss = block_sum(ss);
+      const float inv = float(1.0 / sqrt(ss + 1e-6));
+      if (mine) a.mixed[t * channels + c] = b < a.n_k ? v * inv * q_scale : v * inv;
+    }
+    if (mine) ch.store(state, channels, c);
+  } else if (b < n_qk + n_vblocks) {
+    const int64_t c = v0 + (b - n_qk) * kConvPrepThreads + threadIdx.x;
+    if (c >= channels) return;
+    ConvChannel ch;
+    ch.load(w, state, channels, c, kernel);
+    for (int64_t t = 0; t < T; ++t) ch.step(a.mixed, t, channels, c);
+    ch.store(state, channels, c);
+  } else {
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = threadIdx.x; j < a.n_v; j += blockDim.x) gate_terms(a, t, j);
   }
 }
 
@@ -151,6 +208,19 @@ void gdn_prep(const GdnPrepArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return;
   const float q_scale = 1.0f / std::sqrt(float(a.dk));
   gdn_prep_kernel<<<unsigned(a.rows), 128, 0, stream>>>(a, q_scale);
+  WEFT_CUDA_LAUNCHED();
+}
+
+bool conv_prep_fusable(const GdnPrepArgs& a, int64_t kernel) {
+  return a.dk >= 1 && a.dk <= kConvPrepThreads && kernel >= 1 && kernel <= kMaxConvKernel && a.conv_dim >= 2 * a.n_k * a.dk;
+}
+
+void causal_conv_prep(const float* w, int64_t kernel, float* conv_state, const GdnPrepArgs& a, cudaStream_t stream) {
+  if (!conv_prep_fusable(a, kernel)) throw std::runtime_error("causal_conv_prep: shape not supported");
+  if (a.rows == 0) return;
+  const float q_scale = 1.0f / std::sqrt(float(a.dk));
+  const int64_t v0 = 2 * a.n_k * a.dk, blocks = 2 * a.n_k + (a.conv_dim - v0 + kConvPrepThreads - 1) / kConvPrepThreads + 1;
+  conv_prep_kernel<<<unsigned(blocks), kConvPrepThreads, 0, stream>>>(w, int(kernel), conv_state, a, q_scale);
   WEFT_CUDA_LAUNCHED();
 }
 

@@ -18,6 +18,11 @@ void gdn_unpack(const float* qkvz, const float* ba, int64_t rows, int64_t n_k, i
 void causal_conv(float* x, int64_t T, int64_t channels, const float* w, int64_t kernel, float* conv_state,
                  cudaStream_t stream);
 void gdn_prep(const GdnPrepArgs& a, cudaStream_t stream);
+// causal_conv over a.mixed (a.rows rows of a.conv_dim channels: one sequence's rows) followed by
+// gdn_prep, in one launch with the same bits (the decode step's form); conv_prep_fusable says
+// whether the shape is supported (dk <= 128).
+bool conv_prep_fusable(const GdnPrepArgs& a, int64_t kernel);
+void causal_conv_prep(const float* w, int64_t kernel, float* conv_state, const GdnPrepArgs& a, cudaStream_t stream);
 // The recurrence token by token (the decode form; also serves prefill for now: its result does
 // not depend on how rows are split into calls at all). One block per value head, one thread per
 // state column c: S[:, c] decays, kv = Σ_r S[r, c]·k[r] in r order, δ = (v − kv)·β,

@@ -108,8 +108,25 @@ __device__ __forceinline__ void matmul_tile(const uint8_t* w, size_t row_bytes, 
 constexpr int kMatvecWarps = 8;
 constexpr int kMatvecUnroll = 4;
 
-template <DType D>
-__device__ __forceinline__ float matvec_row(const uint8_t* row, int64_t K, const float* x, int lane) {
+// 8 activations from k (16-byte aligned); SWIGLU: silu(x)·up, swiglu's formula (same bits as
+// running swiglu first and reading its output).
+template <bool SWIGLU>
+__device__ __forceinline__ void load_x8(const float* x, const float* up, int64_t k, float* xv) {
+  const float4 a = *reinterpret_cast<const float4*>(x + k);
+  const float4 b = *reinterpret_cast<const float4*>(x + k + 4);
+  xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w, xv[4] = b.x, xv[5] = b.y, xv[6] = b.z, xv[7] = b.w;
+  if constexpr (SWIGLU) {
+    const float4 c = *reinterpret_cast<const float4*>(up + k);
+    const float4 d = *reinterpret_cast<const float4*>(up + k + 4);
+    const float uv[8] = {c.x, c.y, c.z, c.w, d.x, d.y, d.z, d.w};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) xv[j] = swiglu_dev(xv[j], uv[j]);
+  }
+}
+
+template <DType D, bool SWIGLU = false>
+__device__ __forceinline__ float matvec_row(const uint8_t* row, int64_t K, const float* x, int lane,
+                                            const float* up = nullptr) {
   float acc = 0.0f;
   int64_t k0 = int64_t(lane) * 8;
   for (; k0 + (kMatvecUnroll - 1) * 256 < K; k0 += kMatvecUnroll * 256) {
@@ -118,9 +135,8 @@ __device__ __forceinline__ float matvec_row(const uint8_t* row, int64_t K, const
     for (int u = 0; u < kMatvecUnroll; ++u) load_w8<D>(row, k0 + u * 256, wv[u]);
 #pragma unroll
     for (int u = 0; u < kMatvecUnroll; ++u) {
-      const float4 a = *reinterpret_cast<const float4*>(x + k0 + u * 256);
-      const float4 b = *reinterpret_cast<const float4*>(x + k0 + u * 256 + 4);
-      const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+      float xv[8];
+      load_x8<SWIGLU>(x, up, k0 + u * 256, xv);
 #pragma unroll
       for (int j = 0; j < 8; ++j) acc = fmaf(wv[u][j], xv[j], acc);
     }
@@ -128,9 +144,8 @@ __device__ __forceinline__ float matvec_row(const uint8_t* row, int64_t K, const
   for (; k0 < K; k0 += 256) {
     float wv[8];
     load_w8<D>(row, k0, wv);
-    const float4 a = *reinterpret_cast<const float4*>(x + k0);
-    const float4 b = *reinterpret_cast<const float4*>(x + k0 + 4);
-    const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    float xv[8];
+    load_x8<SWIGLU>(x, up, k0, xv);
 #pragma unroll
     for (int j = 0; j < 8; ++j) acc = fmaf(wv[j], xv[j], acc);
   }
@@ -152,21 +167,21 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
 struct MatvecBlocks {
   int begin[kMaxMatvecJobs + 1];
 };
-template <DType D>
+template <DType D, bool SWIGLU>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
-    matvec_multi_kernel(MatvecJobs jobs, MatvecBlocks blocks, int64_t K, const float* x) {
+    matvec_multi_kernel(MatvecJobs jobs, MatvecBlocks blocks, int64_t K, const float* x, const float* up) {
   int j = 0;
   while (j + 1 < jobs.n && int(blockIdx.x) >= blocks.begin[j + 1]) ++j;
   const int64_t n = int64_t(int(blockIdx.x) - blocks.begin[j]) * kMatvecWarps + threadIdx.x / 32;
   if (n >= jobs.N[j]) return;
-  const float v = matvec_row<D>(static_cast<const uint8_t*>(jobs.w[j]) + size_t(n) * jobs.row_bytes[j], K, x,
-                                threadIdx.x % 32);
+  const float v = matvec_row<D, SWIGLU>(static_cast<const uint8_t*>(jobs.w[j]) + size_t(n) * jobs.row_bytes[j], K, x,
+                                        threadIdx.x % 32, up);
   if (threadIdx.x % 32 == 0) jobs.y[j][n] = v;
 }
 
 // The routed experts of a one-row routing (decode): blockIdx.y picks the expert slot (each
 // selected expert holds exactly that one row), blockIdx.z the projection.
-template <DType D>
+template <DType D, bool SWIGLU>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
     expert_matvec_kernel(const ExpertMatmulJob* jobs, const int32_t* expert_begin, const int32_t* tile_expert,
                          const int32_t* n_tiles) {
@@ -177,8 +192,8 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
   const int64_t n = int64_t(blockIdx.x) * kMatvecWarps + threadIdx.x / 32;
   if (!w || n >= j.N) return;
   const int64_t b = expert_begin[e];
-  const float v = matvec_row<D>(static_cast<const uint8_t*>(w) + size_t(n) * j.row_bytes, j.K, j.x + b * j.ldx,
-                                threadIdx.x % 32);
+  const float v = matvec_row<D, SWIGLU>(static_cast<const uint8_t*>(w) + size_t(n) * j.row_bytes, j.K,
+                                        j.x + b * j.ldx, threadIdx.x % 32, SWIGLU ? j.up + b * j.ldx : nullptr);
   if (threadIdx.x % 32 == 0) j.y[b * j.ldy + n] = v;
 }
 
@@ -225,17 +240,22 @@ bool matmul_vec_ok(const void* w, size_t row_bytes, int64_t K, const float* x, i
 
 void expert_matmul(DType dtype, const ExpertMatmulJob* jobs, int64_t n_jobs, int64_t max_N,
                    const int32_t* expert_begin, const int32_t* tile_expert, const int32_t* tile_t0,
-                   const int32_t* n_tiles, int64_t max_tiles, bool vec, bool one_row, cudaStream_t stream) {
+                   const int32_t* n_tiles, int64_t max_tiles, bool vec, bool one_row, bool swiglu, cudaStream_t stream) {
   static_assert(kTokensPerPass == kMoeTileRows, "a routing tile is one token pass of the matmul tile");
   if (n_jobs == 0 || max_N == 0 || max_tiles == 0) return;
+  if (swiglu && !(vec && one_row)) check(cudaErrorInvalidValue, "expert_matmul: swiglu input only on the one-row path");
   if (vec && one_row) {
     const dim3 g(blocks_for(max_N, kMatvecWarps), unsigned(max_tiles), unsigned(n_jobs));
+#define WEFT_EXPERT_VEC(D)                                                                                       \
+  (swiglu ? expert_matvec_kernel<D, true><<<g, kMatvecWarps * 32, 0, stream>>>(jobs, expert_begin, tile_expert, n_tiles) \
+          : expert_matvec_kernel<D, false><<<g, kMatvecWarps * 32, 0, stream>>>(jobs, expert_begin, tile_expert, n_tiles))
     switch (dtype) {
-      case DType::kF32: expert_matvec_kernel<DType::kF32><<<g, kMatvecWarps * 32, 0, stream>>>(jobs, expert_begin, tile_expert, n_tiles); break;
-      case DType::kF16: expert_matvec_kernel<DType::kF16><<<g, kMatvecWarps * 32, 0, stream>>>(jobs, expert_begin, tile_expert, n_tiles); break;
-      case DType::kBF16: expert_matvec_kernel<DType::kBF16><<<g, kMatvecWarps * 32, 0, stream>>>(jobs, expert_begin, tile_expert, n_tiles); break;
+      case DType::kF32: WEFT_EXPERT_VEC(DType::kF32); break;
+      case DType::kF16: WEFT_EXPERT_VEC(DType::kF16); break;
+      case DType::kBF16: WEFT_EXPERT_VEC(DType::kBF16); break;
       default: check(cudaErrorInvalidValue, "expert_matmul: weight type not yet on CUDA");
     }
+#undef WEFT_EXPERT_VEC
     WEFT_CUDA_LAUNCHED();
     return;
   }
@@ -254,15 +274,20 @@ void expert_matmul(DType dtype, const ExpertMatmulJob* jobs, int64_t n_jobs, int
   WEFT_CUDA_LAUNCHED();
 }
 
-void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x, cudaStream_t stream) {
+void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x, cudaStream_t stream,
+                  const float* up) {
   MatvecBlocks blocks{};
   for (int j = 0; j < jobs.n; ++j) blocks.begin[j + 1] = blocks.begin[j] + int(blocks_for(jobs.N[j], kMatvecWarps));
   if (jobs.n == 0 || blocks.begin[jobs.n] == 0) return;
   const unsigned grid = unsigned(blocks.begin[jobs.n]), threads = kMatvecWarps * 32;
   switch (dtype) {
-    case DType::kF32: matvec_multi_kernel<DType::kF32><<<grid, threads, 0, stream>>>(jobs, blocks, K, x); break;
-    case DType::kF16: matvec_multi_kernel<DType::kF16><<<grid, threads, 0, stream>>>(jobs, blocks, K, x); break;
-    case DType::kBF16: matvec_multi_kernel<DType::kBF16><<<grid, threads, 0, stream>>>(jobs, blocks, K, x); break;
+#define WEFT_MATVEC(D)                                                                          \
+  (up ? matvec_multi_kernel<D, true><<<grid, threads, 0, stream>>>(jobs, blocks, K, x, up) \
+      : matvec_multi_kernel<D, false><<<grid, threads, 0, stream>>>(jobs, blocks, K, x, nullptr))
+    case DType::kF32: WEFT_MATVEC(DType::kF32); break;
+    case DType::kF16: WEFT_MATVEC(DType::kF16); break;
+    case DType::kBF16: WEFT_MATVEC(DType::kBF16); break;
+#undef WEFT_MATVEC
     default: check(cudaErrorInvalidValue, "matvec_multi: weight type not yet on CUDA");
   }
   WEFT_CUDA_LAUNCHED();

@@ -31,15 +31,19 @@ struct ExpertMatmulJob {
   int64_t ldx = 0;
   float* y = nullptr;
   int64_t ldy = 0;
+  // Set: the input is swiglu(x, up) (up in x's layout), computed while loading (one-row path).
+  const float* up = nullptr;
 };
 // The projections `jobs` (device array) over the token tiles of a routing: grid (N tiles,
 // max_tiles, n_jobs); blocks past *n_tiles return at once, so the host needs no routing result.
 // Each output element gets exactly `matmul`'s per-element order (same bits as one matmul per
 // expert). vec: matmul_vec_ok holds for every expert's weights and for x + any row. one_row: the
 // routing has one row (decode), so every expert holds at most one: the one-token kernel serves.
+// swiglu: the jobs' inputs are swiglu(x, up) (vec and one_row only; same bits as swiglu first).
 void expert_matmul(DType dtype, const ExpertMatmulJob* jobs, int64_t n_jobs, int64_t max_N,
                    const int32_t* expert_begin, const int32_t* tile_expert, const int32_t* tile_t0,
-                   const int32_t* n_tiles, int64_t max_tiles, bool vec, bool one_row, cudaStream_t stream);
+                   const int32_t* n_tiles, int64_t max_tiles, bool vec, bool one_row, bool swiglu,
+                   cudaStream_t stream);
 
 // Several one-token products of the same input row x (q/k/v, the GDN input projections, a gate
 // and an up projection) in one launch; each output element gets `matmul`'s order, so the bits are
@@ -52,7 +56,9 @@ struct MatvecJobs {
   int64_t N[kMaxMatvecJobs] = {};
   float* y[kMaxMatvecJobs] = {};
 };
-void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x, cudaStream_t stream);
+// up set: the input is swiglu(x, up) computed while loading (same bits as swiglu, then the product).
+void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x, cudaStream_t stream,
+                  const float* up = nullptr);
 
 // True for the weight types this kernel takes.
 bool matmul_supports(DType dtype);

@@ -54,7 +54,7 @@ __global__ void add_kernel(float* x, const float* y, int64_t n) {
 
 __global__ void swiglu_kernel(const float* g, const float* u, float* out, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = silu_dev(g[i]) * u[i];
+  if (i < n) out[i] = swiglu_dev(g[i], u[i]);
 }
 
 __global__ void mul_sigmoid_kernel(float* x, const float* g, int64_t n) {
@@ -65,7 +65,33 @@ __global__ void mul_sigmoid_kernel(float* x, const float* g, int64_t n) {
 __global__ void add_sigmoid_scaled_kernel(float* y, const float* x, const float* s, int64_t width) {
   const int64_t r = blockIdx.x;
   const float g = sigmoid_dev(s[r]);
-  for (int64_t h = threadIdx.x; h < width; h += blockDim.x) y[r * width + h] += g * x[r * width + h];
+  for (int64_t h = threadIdx.x; h < width; h += blockDim.x) y[r * width + h] = gated_add_dev(y[r * width + h], g, x[r * width + h]);
+}
+
+// The residual chain of a layer's end in one pass per row: [y[r] += σ(s[r])·sh[r]] (PRE, the
+// shared expert), x[r] += y[r], [xn[r] = rmsnorm(x[r])] (NORM, the next layer's input norm).
+// Each element gets exactly the separate kernels' arithmetic (the same helpers, the same
+// inv_rms over the same block size), so the bits are those of add_sigmoid_scaled + add + rmsnorm;
+// a thread reads back only the x values it wrote itself before the reduction's barrier.
+template <bool PRE, bool NORM>
+__global__ void residual_kernel(float* x, float* y, const float* sh, const float* s, const float* w, float* xn,
+                                int64_t n, float eps, bool plus_one) {
+  const int64_t off = int64_t(blockIdx.x) * n;
+  float g = 0.0f;
+  if constexpr (PRE) g = sigmoid_dev(s[blockIdx.x]);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    float yv = y[off + i];
+    if constexpr (PRE) {
+      yv = gated_add_dev(yv, g, sh[off + i]);
+      y[off + i] = yv;
+    }
+    x[off + i] += yv;
+  }
+  if constexpr (NORM) {
+    const float inv = inv_rms(x + off, n, eps);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+      xn[off + i] = x[off + i] * inv * (plus_one ? 1.0f + w[i] : w[i]);
+  }
 }
 
 // One row per block in shared memory; stage h pairs (j, j + h) exactly as kernels/cpu/hadamard.cpp.
@@ -142,6 +168,20 @@ void mul_sigmoid(float* x, const float* gate, int64_t n, cudaStream_t stream) {
 void add_sigmoid_scaled(float* y, const float* x, const float* s, int64_t rows, int64_t width, cudaStream_t stream) {
   if (rows == 0) return;
   add_sigmoid_scaled_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(y, x, s, width);
+  WEFT_CUDA_LAUNCHED();
+}
+
+void residual_rmsnorm(const ResidualArgs& a, cudaStream_t stream) {
+  if (a.rows == 0) return;
+  const bool pre = a.shared != nullptr, norm = a.xn != nullptr;
+  const unsigned g = unsigned(a.rows);
+#define WEFT_RESIDUAL(P, N) \
+  residual_kernel<P, N><<<g, kRowThreads, 0, stream>>>(a.x, a.y, a.shared, a.s, a.w, a.xn, a.n, a.eps, a.plus_one)
+  if (pre && norm) WEFT_RESIDUAL(true, true);
+  else if (pre) WEFT_RESIDUAL(true, false);
+  else if (norm) WEFT_RESIDUAL(false, true);
+  else WEFT_RESIDUAL(false, false);
+#undef WEFT_RESIDUAL
   WEFT_CUDA_LAUNCHED();
 }
 

@@ -28,6 +28,22 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n, cudaStrea
 void mul_sigmoid(float* x, const float* gate, int64_t n, cudaStream_t stream);             // x *= σ(gate)
 // y[r] += σ(s[r]) · x[r]
 void add_sigmoid_scaled(float* y, const float* x, const float* s, int64_t rows, int64_t width, cudaStream_t stream);
+// The end of a layer in one launch (decode: one kernel instead of three): for each of `rows` rows
+// of n floats, when `shared` is set y[r] += σ(s[r])·shared[r] (add_sigmoid_scaled); then
+// x[r] += y[r] (add); then, when `xn` is set, xn[r] = rmsnorm(x[r], w) (rmsnorm). Same bits as
+// those three kernels in sequence; xn may alias y.
+struct ResidualArgs {
+  float* x = nullptr;
+  float* y = nullptr;
+  const float* shared = nullptr;
+  const float* s = nullptr;
+  const float* w = nullptr;
+  float* xn = nullptr;
+  int64_t rows = 0, n = 0;
+  float eps = 0.0f;
+  bool plus_one = false;
+};
+void residual_rmsnorm(const ResidualArgs& a, cudaStream_t stream);
 // x[r] <- H x[r] / sqrt(n) (n a power of two, <= 8192): the CPU's butterflies, bit for bit.
 void hadamard_rows(float* x, int64_t rows, int64_t n, cudaStream_t stream);
 

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Issue 11's end-to-end decode, one GPU-machine call: build, the CUDA tests, then the 40-layer
+# Qwen3.5-35B-A3B geometry (64 experts: the same bytes per token as 256) at depth 4096 with the
+# fused decode launches (default) and without (WEFT_CUDA_FUSE=0) side by side, and the per-op GPU
+# time of one decode step both ways (WEFT_CUDA_PROFILE=1: CUDA events, graphs off, decode steps
+# only). Logs and reports land in $OUT (and $OUT/e2e.tar.gz); the summary goes to stdout.
+#
+#   bash tools/gpu/bench-e2e.sh [--no-tests]
+set -u
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+BUILD=${BUILD:-build-gpu}
+FINAL=${OUT:-$ROOT/gpu-out}
+OUT=$(mktemp -d)  # logs; tarred into $FINAL/e2e.tar.gz at the end (the machine returns few files)
+MODEL=${MODEL:-/tmp/q35e64}
+if [ -d "$ROOT/.devdeps" ]; then DEPS=${WEFT_DEPS_DIR:-$ROOT/.devdeps}; else DEPS=${WEFT_DEPS_DIR:-$ROOT/../.devdeps}; fi
+W=$BUILD/weft
+lim() { local s=$1; shift; local t0=$(date +%s); timeout "$s" "$@"; local rc=$?; echo "[exit $rc after $(($(date +%s) - t0)) s: $*]"; }
+
+lim 120 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_DEPS_DIR="$DEPS" > "$OUT/configure.log" 2>&1
+lim 300 ninja -C "$BUILD" -j"$(nproc)" weft_cli backend_cuda_test > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; }
+# The model file is written on the CPU while the tests use the GPU.
+[ -f "$MODEL/config.json" ] || { lim 240 "$W" synth --preset qwen3.5-35b-a3b --layers 40 --experts 64 -o "$MODEL" > "$OUT/synth.log" 2>&1 & }
+if [ "${1:-}" != "--no-tests" ]; then
+  lim 240 "$BUILD/backend_cuda_test" --gtest_color=no > "$OUT/backend_cuda_test.log" 2>&1
+  grep -E '^\[  (PASSED|FAILED) ' "$OUT/backend_cuda_test.log" | sort -u | head -30
+  tail -1 "$OUT/backend_cuda_test.log"
+fi
+wait
+tail -2 "$OUT/synth.log" 2>/dev/null
+
+B="bench --device cuda -m $MODEL --ctx 4096 --gen 32 -q"
+WEFT_CUDA_GRAPH_STATS=1 lim 150 "$W" $B --arms f16,q8_0 --repeats 3 --energy --out "$OUT/bench_4k" > "$OUT/bench_4k.log" 2>&1
+WEFT_CUDA_FUSE=0 lim 100 "$W" $B --arms f16 --repeats 3 --energy --out "$OUT/bench_4k_unfused" > "$OUT/bench_4k_unfused.log" 2>&1
+WEFT_CUDA_PROFILE=1 lim 80 "$W" bench --device cuda -m "$MODEL" --ctx 4096 --gen 16 -q --arms f16 --repeats 1 \
+  > "$OUT/profile.log" 2>&1
+WEFT_CUDA_FUSE=0 WEFT_CUDA_PROFILE=1 lim 80 "$W" bench --device cuda -m "$MODEL" --ctx 4096 --gen 16 -q --arms f16 \
+  --repeats 1 > "$OUT/profile_unfused.log" 2>&1
+if [ -n "${EXTRA:-}" ]; then lim "${EXTRA_S:-120}" bash -c "$EXTRA" > "$OUT/extra.log" 2>&1; tail -40 "$OUT/extra.log"; fi
+
+for f in bench_4k bench_4k_unfused; do
+  [ -f "$OUT/$f/report.md" ] && { echo "### $f"; grep -E "decode|tok/s|^\|" "$OUT/$f/report.md" | head -20; }
+done
+grep "weft cuda graphs" "$OUT/bench_4k.log" | sort | uniq -c
+for f in profile profile_unfused; do echo "### $f"; grep -A45 "weft cuda profile" "$OUT/$f.log" | head -48; done
+(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu) > "$OUT/ncu-where.txt" 2>&1
+mkdir -p "$FINAL" && tar -czf "$FINAL/e2e.tar.gz" -C "$OUT" . && rm -rf "$OUT"
