@@ -225,6 +225,10 @@ void moe_layer(const ModelConfig& c, const FfnWeights& w, int64_t R, const float
   const int64_t H = c.hidden_size, E = c.num_experts, K = c.num_experts_per_tok, I = c.moe_intermediate_size;
   float* logits = be.buffer(Buf::kRouter, R * E);
   be.matmul(w.router, xn, R, logits);
+  // The shared expert's gate reads the same input as the router: issued next to it, a device
+  // backend runs both products in one launch (the result is the same wherever it is computed).
+  float* sg = w.has_shared_expert ? be.buffer(Buf::kMoeGate, R) : nullptr;
+  if (w.has_shared_expert) be.matmul(w.shared_expert_gate, xn, R, sg);
   const MoeRouting route = be.moe_route(logits, R, E, K, c.norm_topk_prob);
   float* xin = be.buffer(Buf::kMoeIn, R * K * H);
   float* gate = be.buffer(Buf::kMoeG, R * K * I);
@@ -240,8 +244,6 @@ void moe_layer(const ModelConfig& c, const FfnWeights& w, int64_t R, const float
   if (w.has_shared_expert) {
     float* shared = be.buffer(Buf::kMoeOut, R * H);  // the routed outputs are already combined
     mlp(w.shared_expert, xn, R, shared, be);
-    float* sg = be.buffer(Buf::kMoeGate, R);
-    be.matmul(w.shared_expert_gate, xn, R, sg);
     be.add_sigmoid_scaled(y, shared, sg, R, H);
   }
 }

@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(kConvPrepThreads)
 template <int DK>
 __global__ void gdn_recurrence_kernel(GdnRecurrentArgs a) {
   extern __shared__ float qk[];  // [2, dk]: this token's q and k of the head's key head
-  const int64_t j = blockIdx.x, c = threadIdx.x, dk = DK > 0 ? DK : a.dk, dv = a.dv;
+  const int64_t j = blockIdx.x, c = int64_t(blockIdx.y) * blockDim.x + threadIdx.x, dk = DK > 0 ? DK : a.dk, dv = a.dv;
   const int64_t kh = j / (a.n_v / a.n_k);
   float* S = a.state + j * dk * dv;
   float col[DK > 0 ? DK : 1];
@@ -227,12 +227,15 @@ void causal_conv_prep(const float* w, int64_t kernel, float* conv_state, const G
 void gdn_recurrence(const GdnRecurrentArgs& a, cudaStream_t stream) {
   if (a.T == 0) return;
   if (a.dv > 1024) throw std::runtime_error("CUDA GDN recurrence supports value heads up to 1024");
-  const unsigned threads = unsigned((a.dv + 31) / 32 * 32);
+  // A head's columns are independent: 32 per block (blockIdx.y), so a decode step's 32 heads fill
+  // 128 SMs instead of 32; each column's arithmetic is unchanged.
+  const unsigned threads = 32;
+  const dim3 grid(unsigned(a.n_v), unsigned((a.dv + 31) / 32));
   const size_t smem = size_t(2 * a.dk) * sizeof(float);
-  if (a.dk == 128) gdn_recurrence_kernel<128><<<unsigned(a.n_v), threads, smem, stream>>>(a);
-  else if (a.dk == 64) gdn_recurrence_kernel<64><<<unsigned(a.n_v), threads, smem, stream>>>(a);
-  else if (a.dk == 32) gdn_recurrence_kernel<32><<<unsigned(a.n_v), threads, smem, stream>>>(a);
-  else gdn_recurrence_kernel<0><<<unsigned(a.n_v), threads, smem, stream>>>(a);
+  if (a.dk == 128) gdn_recurrence_kernel<128><<<grid, threads, smem, stream>>>(a);
+  else if (a.dk == 64) gdn_recurrence_kernel<64><<<grid, threads, smem, stream>>>(a);
+  else if (a.dk == 32) gdn_recurrence_kernel<32><<<grid, threads, smem, stream>>>(a);
+  else gdn_recurrence_kernel<0><<<grid, threads, smem, stream>>>(a);
   WEFT_CUDA_LAUNCHED();
 }
 

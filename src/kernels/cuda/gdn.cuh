@@ -24,7 +24,7 @@ void gdn_prep(const GdnPrepArgs& a, cudaStream_t stream);
 bool conv_prep_fusable(const GdnPrepArgs& a, int64_t kernel);
 void causal_conv_prep(const float* w, int64_t kernel, float* conv_state, const GdnPrepArgs& a, cudaStream_t stream);
 // The recurrence token by token (the decode form; also serves prefill for now: its result does
-// not depend on how rows are split into calls at all). One block per value head, one thread per
+// not depend on how rows are split into calls at all). One block per (value head, 32 columns), one thread per
 // state column c: S[:, c] decays, kv = Σ_r S[r, c]·k[r] in r order, δ = (v − kv)·β,
 // S[:, c] += k·δ, o = Σ_r S[r, c]·q[r] in r order — the CPU scalar kernel's order per column.
 void gdn_recurrence(const GdnRecurrentArgs& a, cudaStream_t stream);

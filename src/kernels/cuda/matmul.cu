@@ -104,9 +104,10 @@ __device__ __forceinline__ void matmul_tile(const uint8_t* w, size_t row_bytes, 
 // of a group in order, then the xor butterfly), so its bits are those of a token inside a batch.
 // Why a second kernel: matmul_tile keeps 4 rows x 8 tokens of accumulators per warp and 16 rows
 // per block, which at T = 1 leaves a 2048-row matrix 128 blocks (under one per SM) with few bytes
-// in flight; here a block is 8 rows, and each lane keeps kMatvecUnroll groups in flight.
+// in flight; here a block is 8 rows, and each lane keeps up to kMatvecGroups groups (a whole
+// 2048-column bf16 row) in flight.
 constexpr int kMatvecWarps = 8;
-constexpr int kMatvecUnroll = 4;
+constexpr int kMatvecGroups = 8;
 
 // 8 activations from k (16-byte aligned); SWIGLU: silu(x)·up, swiglu's formula (same bits as
 // running swiglu first and reading its output).
@@ -124,30 +125,62 @@ __device__ __forceinline__ void load_x8(const float* x, const float* up, int64_t
   }
 }
 
+// A group of 8 weights as loaded (16 bytes for 2-byte types, 32 for f32), unpacked at use: a lane
+// keeps kMatvecGroups groups in flight in 32 registers.
+struct Raw8 {
+  uint4 a, b;
+};
+template <DType D>
+__device__ __forceinline__ Raw8 load_raw8(const uint8_t* row, int64_t k) {
+  Raw8 r;
+  if constexpr (D == DType::kF32) {
+    const uint4* p = reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(row) + k);
+    r.a = p[0], r.b = p[1];
+  } else {
+    r.a = *reinterpret_cast<const uint4*>(reinterpret_cast<const uint16_t*>(row) + k);
+    r.b = r.a;
+  }
+  return r;
+}
+template <DType D>
+__device__ __forceinline__ void unpack8(const Raw8& r, float* out) {
+  if constexpr (D == DType::kF32) {
+    out[0] = __uint_as_float(r.a.x), out[1] = __uint_as_float(r.a.y), out[2] = __uint_as_float(r.a.z);
+    out[3] = __uint_as_float(r.a.w), out[4] = __uint_as_float(r.b.x), out[5] = __uint_as_float(r.b.y);
+    out[6] = __uint_as_float(r.b.z), out[7] = __uint_as_float(r.b.w);
+  } else {
+    const uint32_t words[4] = {r.a.x, r.a.y, r.a.z, r.a.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint16_t lo = uint16_t(words[i] & 0xffffu), hi = uint16_t(words[i] >> 16);
+      if constexpr (D == DType::kF16) out[2 * i] = f16_bits_to_f32(lo), out[2 * i + 1] = f16_bits_to_f32(hi);
+      else out[2 * i] = bf16_bits_to_f32(lo), out[2 * i + 1] = bf16_bits_to_f32(hi);
+    }
+  }
+}
+
+// One weight row against x, the per-element order of the header. Every load of a pass (up to
+// kMatvecGroups groups per lane: a whole 2048-column bf16 row per warp) is issued before the
+// first fma, so a row costs one memory round trip instead of one per 4 groups.
 template <DType D, bool SWIGLU = false>
 __device__ __forceinline__ float matvec_row(const uint8_t* row, int64_t K, const float* x, int lane,
                                             const float* up = nullptr) {
+  constexpr int G = D == DType::kF32 ? kMatvecGroups / 2 : kMatvecGroups;
   float acc = 0.0f;
-  int64_t k0 = int64_t(lane) * 8;
-  for (; k0 + (kMatvecUnroll - 1) * 256 < K; k0 += kMatvecUnroll * 256) {
-    float wv[kMatvecUnroll][8];
+  for (int64_t k0 = int64_t(lane) * 8; k0 < K; k0 += G * 256) {
+    Raw8 raw[G];
 #pragma unroll
-    for (int u = 0; u < kMatvecUnroll; ++u) load_w8<D>(row, k0 + u * 256, wv[u]);
+    for (int u = 0; u < G; ++u)
+      if (k0 + u * 256 < K) raw[u] = load_raw8<D>(row, k0 + u * 256);
 #pragma unroll
-    for (int u = 0; u < kMatvecUnroll; ++u) {
-      float xv[8];
+    for (int u = 0; u < G; ++u) {
+      if (k0 + u * 256 >= K) break;
+      float wv[8], xv[8];
+      unpack8<D>(raw[u], wv);
       load_x8<SWIGLU>(x, up, k0 + u * 256, xv);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) acc = fmaf(wv[u][j], xv[j], acc);
+      for (int j = 0; j < 8; ++j) acc = fmaf(wv[j], xv[j], acc);
     }
-  }
-  for (; k0 < K; k0 += 256) {
-    float wv[8];
-    load_w8<D>(row, k0, wv);
-    float xv[8];
-    load_x8<SWIGLU>(x, up, k0, xv);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) acc = fmaf(wv[j], xv[j], acc);
   }
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);

@@ -1,5 +1,7 @@
 #include "kernels/cuda/moe.cuh"
 
+#include <algorithm>
+
 #include "kernels/cuda/common.cuh"
 
 namespace weft::cuda {
@@ -16,7 +18,7 @@ constexpr int kMaxK = 64;
 __global__ void moe_combine_kernel(const int32_t* slot_expert, const float* slot_weight, const int32_t* slot_pos,
                                    int64_t k, const float* out, int64_t width, float* y) {
   const int64_t t = blockIdx.x;
-  __shared__ int32_t order[kMaxK];
+  __shared__ int32_t order[kMaxK];  // every block of the row sorts its k slots (k is small)
   if (threadIdx.x == 0) {
     // Insertion sort of the row's slots by expert id (stable: equal ids keep slot order).
     for (int64_t j = 0; j < k; ++j) {
@@ -30,7 +32,7 @@ __global__ void moe_combine_kernel(const int32_t* slot_expert, const float* slot
     }
   }
   __syncthreads();
-  for (int64_t h = threadIdx.x; h < width; h += blockDim.x) {
+  for (int64_t h = int64_t(blockIdx.y) * blockDim.x + threadIdx.x; h < width; h += int64_t(gridDim.y) * blockDim.x) {
     float acc = 0.0f;
     for (int64_t j = 0; j < k; ++j) acc += slot_weight[order[j]] * out[int64_t(slot_pos[order[j]]) * width + h];
     y[t * width + h] = acc;
@@ -50,7 +52,10 @@ void moe_combine(const int32_t* slot_expert, const float* slot_weight, const int
                  int64_t k, const float* out, int64_t width, float* y, cudaStream_t stream) {
   if (rows == 0) return;
   if (k > kMaxK) check(cudaErrorInvalidValue, "moe_combine: more than 64 experts per token");
-  moe_combine_kernel<<<unsigned(rows), 256, 0, stream>>>(slot_expert, slot_weight, slot_pos, k, out, width, y);
+  // Columns spread over blocks as well (a decode row is one row: one block would leave the read of
+  // its k expert outputs to one SM); each element's sum is the same whatever the grid.
+  const dim3 grid(unsigned(rows), std::min(blocks_for(width, 256), 16u));
+  moe_combine_kernel<<<grid, 256, 0, stream>>>(slot_expert, slot_weight, slot_pos, k, out, width, y);
   WEFT_CUDA_LAUNCHED();
 }
 

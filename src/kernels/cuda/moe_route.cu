@@ -47,15 +47,14 @@ __device__ float block_max(float m) {
   return m;
 }
 
-// One block per row: softmax in place, then k rounds of block argmax.
-__global__ void __launch_bounds__(kTopkThreads)
-    moe_topk_kernel(float* logits, int E, int K, bool renormalize, int32_t* slot_expert, float* slot_weight) {
-  extern __shared__ float shared[];
+// Row `r`: softmax in place, then k rounds of block argmax. `shared`: 2E floats.
+__device__ void topk_row(float* shared, int64_t r, float* logits, int E, int K, bool renormalize,
+                         int32_t* slot_expert, float* slot_weight) {
   float* p = shared;      // probabilities
   float* cand = p + E;    // probabilities of the experts not chosen yet (chosen: −1)
   __shared__ float inv;
   __shared__ int chosen[kMaxK];
-  float* row = logits + int64_t(blockIdx.x) * E;
+  float* row = logits + r * E;
   float m = -INFINITY;
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     p[e] = row[e];
@@ -91,12 +90,19 @@ __global__ void __launch_bounds__(kTopkThreads)
   if (threadIdx.x == 0) {
     double sum = 0;
     for (int j = 0; j < K; ++j) sum += p[chosen[j]];
-    const int64_t s0 = int64_t(blockIdx.x) * K;
+    const int64_t s0 = r * K;
     for (int j = 0; j < K; ++j) {
       slot_expert[s0 + j] = chosen[j];
       slot_weight[s0 + j] = renormalize ? float(p[chosen[j]] / sum) : p[chosen[j]];
     }
   }
+}
+
+// One block per row.
+__global__ void __launch_bounds__(kTopkThreads)
+    moe_topk_kernel(float* logits, int E, int K, bool renormalize, int32_t* slot_expert, float* slot_weight) {
+  extern __shared__ float shared[];
+  topk_row(shared, blockIdx.x, logits, E, K, renormalize, slot_expert, slot_weight);
 }
 
 // Inclusive warp scan of three integer counters (integer sums: any order gives the same value).
@@ -110,11 +116,10 @@ __device__ __forceinline__ void warp_scan3(int& a, int& b, int& c) {
 }
 
 // One block: counting sort of the slots by expert (stable), the expert ranges, the token tiles.
-__global__ void __launch_bounds__(kGroupThreads)
-    moe_group_kernel(const int32_t* slot_expert, int S, int E, int32_t* expert_begin, int32_t* sorted_slot,
-                     int32_t* slot_pos, int32_t* tile_expert, int32_t* tile_t0, int32_t* n_tiles,
-                     long long* experts_touched) {
-  extern __shared__ int32_t ints[];
+// `ints`: 3E shared ints.
+__device__ void group_slots(int32_t* ints, const int32_t* slot_expert, int S, int E, int32_t* expert_begin,
+                            int32_t* sorted_slot, int32_t* slot_pos, int32_t* tile_expert, int32_t* tile_t0,
+                            int32_t* n_tiles, long long* experts_touched) {
   int32_t* count = ints;         // [E]
   int32_t* begin = ints + E;     // [E]
   int32_t* tile0 = ints + 2 * E; // [E]
@@ -169,6 +174,26 @@ __global__ void __launch_bounds__(kGroupThreads)
   }
 }
 
+__global__ void __launch_bounds__(kGroupThreads)
+    moe_group_kernel(const int32_t* slot_expert, int S, int E, int32_t* expert_begin, int32_t* sorted_slot,
+                     int32_t* slot_pos, int32_t* tile_expert, int32_t* tile_t0, int32_t* n_tiles,
+                     long long* experts_touched) {
+  extern __shared__ int32_t ints[];
+  group_slots(ints, slot_expert, S, E, expert_begin, sorted_slot, slot_pos, tile_expert, tile_t0, n_tiles,
+              experts_touched);
+}
+
+// One row (decode): both steps in one block, one launch instead of two. The block's threads see
+// thread 0's slot_expert writes after the barrier (global memory, same block).
+__global__ void __launch_bounds__(kTopkThreads)
+    moe_route_one_kernel(float* logits, int E, int K, bool renormalize, MoeRouteOut out) {
+  extern __shared__ float shared[];
+  topk_row(shared, 0, logits, E, K, renormalize, out.slot_expert, out.slot_weight);
+  __syncthreads();
+  group_slots(reinterpret_cast<int32_t*>(shared), out.slot_expert, K, E, out.expert_begin, out.sorted_slot,
+              out.slot_pos, out.tile_expert, out.tile_t0, out.n_tiles, out.experts_touched);
+}
+
 }  // namespace
 
 void moe_route(float* logits, int64_t rows, int64_t n_experts, int64_t k, bool renormalize, const MoeRouteOut& out,
@@ -176,6 +201,12 @@ void moe_route(float* logits, int64_t rows, int64_t n_experts, int64_t k, bool r
   if (k > kMaxK || k > n_experts) check(cudaErrorInvalidValue, "moe_route: top-k larger than 64 or than the experts");
   if (rows == 0) return;
   const int E = int(n_experts), K = int(k), S = int(rows * k);
+  static_assert(kTopkThreads == kGroupThreads, "the one-row kernel runs both steps with one block");
+  if (rows == 1) {
+    moe_route_one_kernel<<<1, kTopkThreads, size_t(3 * E) * sizeof(float), stream>>>(logits, E, K, renormalize, out);
+    WEFT_CUDA_LAUNCHED();
+    return;
+  }
   moe_topk_kernel<<<unsigned(rows), kTopkThreads, size_t(2 * E) * sizeof(float), stream>>>(logits, E, K, renormalize,
                                                                                           out.slot_expert, out.slot_weight);
   WEFT_CUDA_LAUNCHED();

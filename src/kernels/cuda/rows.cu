@@ -9,6 +9,11 @@ namespace {
 
 constexpr int kRowThreads = 256;
 
+// Block size of the row norms (rmsnorm and its fused twin, which must agree: the sum of squares'
+// order depends on it): a few elements per thread, so a decode row (one block) is not a chain of
+// dependent load rounds on one SM. Depends on n only (never on the number of rows).
+unsigned norm_threads(int64_t n) { return n >= 2048 ? 1024u : n >= 1024 ? 512u : unsigned(kRowThreads); }
+
 template <DType D>
 __global__ void embed_kernel(const uint8_t* table, size_t row_bytes, int64_t cols, const int32_t* ids, float* x) {
   const int64_t t = blockIdx.x;
@@ -135,7 +140,7 @@ void gather_rows(const float* src, const int32_t* rows, int64_t n, int64_t width
 void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t n, float eps, bool plus_one,
              cudaStream_t stream) {
   if (rows == 0) return;
-  rmsnorm_kernel<<<unsigned(rows), kRowThreads, 0, stream>>>(x, w, y, n, eps, plus_one);
+  rmsnorm_kernel<<<unsigned(rows), norm_threads(n), 0, stream>>>(x, w, y, n, eps, plus_one);
   WEFT_CUDA_LAUNCHED();
 }
 
@@ -176,7 +181,7 @@ void residual_rmsnorm(const ResidualArgs& a, cudaStream_t stream) {
   const bool pre = a.shared != nullptr, norm = a.xn != nullptr;
   const unsigned g = unsigned(a.rows);
 #define WEFT_RESIDUAL(P, N) \
-  residual_kernel<P, N><<<g, kRowThreads, 0, stream>>>(a.x, a.y, a.shared, a.s, a.w, a.xn, a.n, a.eps, a.plus_one)
+  residual_kernel<P, N><<<g, norm_threads(a.n), 0, stream>>>(a.x, a.y, a.shared, a.s, a.w, a.xn, a.n, a.eps, a.plus_one)
   if (pre && norm) WEFT_RESIDUAL(true, true);
   else if (pre) WEFT_RESIDUAL(true, false);
   else if (norm) WEFT_RESIDUAL(false, true);
