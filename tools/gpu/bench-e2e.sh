@@ -36,6 +36,18 @@ WEFT_CUDA_PROFILE=1 lim 80 "$W" bench --device cuda -m "$MODEL" --ctx 4096 --gen
   > "$OUT/profile.log" 2>&1
 WEFT_CUDA_FUSE=0 WEFT_CUDA_PROFILE=1 lim 80 "$W" bench --device cuda -m "$MODEL" --ctx 4096 --gen 16 -q --arms f16 \
   --repeats 1 > "$OUT/profile_unfused.log" 2>&1
+# Kernel by kernel (Nsight Compute, when installed): the durations of one graph-free decode step's
+# kernels: NCU_COUNT launches after the prompt and a step (NCU_SKIP), three steps' worth, summed per
+# kernel name and divided by 3.
+NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+if [ -n "$NCU" ] && [ "${NCU_STEP:-1}" = 1 ]; then
+  seq 1 8 | tr '\n' ' ' > "$OUT/ids8.txt"
+  WEFT_CUDA_GRAPHS=0 lim 150 "$NCU" --metrics gpu__time_duration.sum --csv --launch-skip "${NCU_SKIP:-1200}" \
+    --launch-count "${NCU_COUNT:-1680}" "$W" generate --device cuda -m "$MODEL" --ids-file "$OUT/ids8.txt" -n 10 \
+    --ignore-eos > "$OUT/ncu.csv" 2> "$OUT/ncu.log"
+  python3 tools/gpu/ncu-step.py "${NCU_STEPS:-3}" < "$OUT/ncu.csv" > "$OUT/ncu_step.md" 2>> "$OUT/ncu.log"
+  echo "### ncu"; head -40 "$OUT/ncu_step.md"; tail -3 "$OUT/ncu.log"
+fi
 if [ -n "${EXTRA:-}" ]; then lim "${EXTRA_S:-120}" bash -c "$EXTRA" > "$OUT/extra.log" 2>&1; tail -40 "$OUT/extra.log"; fi
 
 for f in bench_4k bench_4k_unfused; do
