@@ -419,11 +419,14 @@ class CudaBackend final : public Backend {
       const int32_t* tile_t0 = route_ptr<int32_t>(Route::kTileT0);
       const int32_t* n_tiles = route_ptr<int32_t>(Route::kNTiles);
       const bool swiglu = sw != nullptr;
+      int64_t max_k = 0;
+      for (const cuda::ExpertMatmulJob& job : dj) max_k = std::max(max_k, job.K);
+      const int64_t swiglu_k = swiglu ? max_k : 0;
       recorder_->sig() << __LINE__ << type << djobs << n << max_n << begin << tile_expert << tile_t0 << n_tiles
                        << max_tiles << vec << one_row << swiglu << (ga != nullptr);
       launch(swiglu ? "swiglu+grouped_matmul" : ga ? "moe_gather+grouped_matmul" : op, [=, this] {
         cuda::expert_matmul(type, djobs, n, max_n, begin, tile_expert, tile_t0, n_tiles, max_tiles, vec, one_row,
-                            swiglu, stream_);
+                            swiglu_k, stream_);
       });
     }
   }

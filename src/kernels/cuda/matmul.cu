@@ -200,33 +200,64 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
 struct MatvecBlocks {
   int begin[kMaxMatvecJobs + 1];
 };
-template <DType D, bool SWIGLU>
+// How a product's input is formed: read as is, swiglu(x, up) per warp while loading, or swiglu(x,
+// up) staged once per block in shared memory (K <= kSwigluStageMax; every warp of the block then
+// reads it there: 8x fewer exp calls). The same values either way, so the same bits.
+enum SwigluMode : int { kPlain = 0, kSwigluDirect = 1, kSwigluStaged = 2 };
+constexpr int64_t kSwigluStageMax = 8192;
+SwigluMode swiglu_mode(bool swiglu, int64_t K) {
+  return !swiglu ? kPlain : K <= kSwigluStageMax ? kSwigluStaged : kSwigluDirect;
+}
+
+// All threads of the block: xs[i] = swiglu(x[i], up[i]) for i < K, then a barrier.
+__device__ __forceinline__ void stage_swiglu(float* xs, const float* x, const float* up, int64_t K) {
+  for (int64_t i = threadIdx.x; i < K; i += blockDim.x) xs[i] = swiglu_dev(x[i], up[i]);
+  __syncthreads();
+}
+
+template <DType D, int SW>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
     matvec_multi_kernel(MatvecJobs jobs, MatvecBlocks blocks, int64_t K, const float* x, const float* up) {
+  extern __shared__ float4 staged4[];
+  if constexpr (SW == kSwigluStaged) {
+    stage_swiglu(reinterpret_cast<float*>(staged4), x, up, K);
+    x = reinterpret_cast<const float*>(staged4);
+  }
   int j = 0;
   while (j + 1 < jobs.n && int(blockIdx.x) >= blocks.begin[j + 1]) ++j;
   const int64_t n = int64_t(int(blockIdx.x) - blocks.begin[j]) * kMatvecWarps + threadIdx.x / 32;
   if (n >= jobs.N[j]) return;
-  const float v = matvec_row<D, SWIGLU>(static_cast<const uint8_t*>(jobs.w[j]) + size_t(n) * jobs.row_bytes[j], K, x,
-                                        threadIdx.x % 32, up);
+  const float v = matvec_row<D, SW == kSwigluDirect>(static_cast<const uint8_t*>(jobs.w[j]) + size_t(n) * jobs.row_bytes[j],
+                                                     K, x, threadIdx.x % 32, up);
   if (threadIdx.x % 32 == 0) jobs.y[j][n] = v;
 }
 
 // The routed experts of a one-row routing (decode): blockIdx.y picks the expert slot (each
 // selected expert holds exactly that one row), blockIdx.z the projection.
-template <DType D, bool SWIGLU>
+// The loads of the block's prologue are issued together (the tile count, the tile's expert and the
+// job; then the expert's weights and row), not one after another: a chain of dependent loads is
+// microseconds before the first weight byte moves. tile_expert past *n_tiles lies inside the array
+// (stale values) and is not used.
+template <DType D, int SW>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
     expert_matvec_kernel(const ExpertMatmulJob* jobs, const int32_t* expert_begin, const int32_t* tile_expert,
                          const int32_t* n_tiles) {
-  if (int(blockIdx.y) >= *n_tiles) return;
-  const ExpertMatmulJob& j = jobs[blockIdx.z];
-  const int e = tile_expert[blockIdx.y];
+  extern __shared__ float4 staged4[];
+  const int nt = *n_tiles, e = tile_expert[blockIdx.y];
+  const ExpertMatmulJob j = jobs[blockIdx.z];
+  if (int(blockIdx.y) >= nt) return;
   const void* w = j.w[e];
-  const int64_t n = int64_t(blockIdx.x) * kMatvecWarps + threadIdx.x / 32;
-  if (!w || n >= j.N) return;
   const int64_t b = expert_begin[e];
-  const float v = matvec_row<D, SWIGLU>(static_cast<const uint8_t*>(w) + size_t(n) * j.row_bytes, j.K,
-                                        j.x + b * j.ldx, threadIdx.x % 32, SWIGLU ? j.up + b * j.ldx : nullptr);
+  if (!w) return;
+  const float* x = j.x + b * j.ldx;
+  if constexpr (SW == kSwigluStaged) {
+    stage_swiglu(reinterpret_cast<float*>(staged4), x, j.up + b * j.ldx, j.K);
+    x = reinterpret_cast<const float*>(staged4);
+  }
+  const int64_t n = int64_t(blockIdx.x) * kMatvecWarps + threadIdx.x / 32;
+  if (n >= j.N) return;
+  const float v = matvec_row<D, SW == kSwigluDirect>(static_cast<const uint8_t*>(w) + size_t(n) * j.row_bytes, j.K, x,
+                                                     threadIdx.x % 32, SW == kSwigluDirect ? j.up + b * j.ldx : nullptr);
   if (threadIdx.x % 32 == 0) j.y[b * j.ldy + n] = v;
 }
 
@@ -273,15 +304,20 @@ bool matmul_vec_ok(const void* w, size_t row_bytes, int64_t K, const float* x, i
 
 void expert_matmul(DType dtype, const ExpertMatmulJob* jobs, int64_t n_jobs, int64_t max_N,
                    const int32_t* expert_begin, const int32_t* tile_expert, const int32_t* tile_t0,
-                   const int32_t* n_tiles, int64_t max_tiles, bool vec, bool one_row, bool swiglu, cudaStream_t stream) {
+                   const int32_t* n_tiles, int64_t max_tiles, bool vec, bool one_row, int64_t swiglu_k,
+                   cudaStream_t stream) {
+  const bool swiglu = swiglu_k > 0;
   static_assert(kTokensPerPass == kMoeTileRows, "a routing tile is one token pass of the matmul tile");
   if (n_jobs == 0 || max_N == 0 || max_tiles == 0) return;
   if (swiglu && !(vec && one_row)) check(cudaErrorInvalidValue, "expert_matmul: swiglu input only on the one-row path");
   if (vec && one_row) {
     const dim3 g(blocks_for(max_N, kMatvecWarps), unsigned(max_tiles), unsigned(n_jobs));
-#define WEFT_EXPERT_VEC(D)                                                                                       \
-  (swiglu ? expert_matvec_kernel<D, true><<<g, kMatvecWarps * 32, 0, stream>>>(jobs, expert_begin, tile_expert, n_tiles) \
-          : expert_matvec_kernel<D, false><<<g, kMatvecWarps * 32, 0, stream>>>(jobs, expert_begin, tile_expert, n_tiles))
+    const SwigluMode mode = swiglu_mode(swiglu, swiglu_k);
+    const size_t smem = mode == kSwigluStaged ? size_t(swiglu_k) * sizeof(float) : 0;
+#define WEFT_EXPERT_VEC(D)                                                                                                  \
+  (mode == kSwigluStaged   ? expert_matvec_kernel<D, kSwigluStaged><<<g, kMatvecWarps * 32, smem, stream>>>(jobs, expert_begin, tile_expert, n_tiles) \
+   : mode == kSwigluDirect ? expert_matvec_kernel<D, kSwigluDirect><<<g, kMatvecWarps * 32, 0, stream>>>(jobs, expert_begin, tile_expert, n_tiles) \
+                           : expert_matvec_kernel<D, kPlain><<<g, kMatvecWarps * 32, 0, stream>>>(jobs, expert_begin, tile_expert, n_tiles))
     switch (dtype) {
       case DType::kF32: WEFT_EXPERT_VEC(DType::kF32); break;
       case DType::kF16: WEFT_EXPERT_VEC(DType::kF16); break;
@@ -313,10 +349,13 @@ void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x
   for (int j = 0; j < jobs.n; ++j) blocks.begin[j + 1] = blocks.begin[j] + int(blocks_for(jobs.N[j], kMatvecWarps));
   if (jobs.n == 0 || blocks.begin[jobs.n] == 0) return;
   const unsigned grid = unsigned(blocks.begin[jobs.n]), threads = kMatvecWarps * 32;
+  const SwigluMode mode = swiglu_mode(up != nullptr, K);
+  const size_t smem = mode == kSwigluStaged ? size_t(K) * sizeof(float) : 0;
   switch (dtype) {
-#define WEFT_MATVEC(D)                                                                          \
-  (up ? matvec_multi_kernel<D, true><<<grid, threads, 0, stream>>>(jobs, blocks, K, x, up) \
-      : matvec_multi_kernel<D, false><<<grid, threads, 0, stream>>>(jobs, blocks, K, x, nullptr))
+#define WEFT_MATVEC(D)                                                                                             \
+  (mode == kSwigluStaged   ? matvec_multi_kernel<D, kSwigluStaged><<<grid, threads, smem, stream>>>(jobs, blocks, K, x, up) \
+   : mode == kSwigluDirect ? matvec_multi_kernel<D, kSwigluDirect><<<grid, threads, 0, stream>>>(jobs, blocks, K, x, up) \
+                           : matvec_multi_kernel<D, kPlain><<<grid, threads, 0, stream>>>(jobs, blocks, K, x, nullptr))
     case DType::kF32: WEFT_MATVEC(DType::kF32); break;
     case DType::kF16: WEFT_MATVEC(DType::kF16); break;
     case DType::kBF16: WEFT_MATVEC(DType::kBF16); break;

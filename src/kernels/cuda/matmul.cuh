@@ -39,10 +39,11 @@ struct ExpertMatmulJob {
 // Each output element gets exactly `matmul`'s per-element order (same bits as one matmul per
 // expert). vec: matmul_vec_ok holds for every expert's weights and for x + any row. one_row: the
 // routing has one row (decode), so every expert holds at most one: the one-token kernel serves.
-// swiglu: the jobs' inputs are swiglu(x, up) (vec and one_row only; same bits as swiglu first).
+// swiglu_k > 0: the jobs' inputs are swiglu(x, up), swiglu_k the largest K of the jobs (vec and
+// one_row only; same bits as swiglu first).
 void expert_matmul(DType dtype, const ExpertMatmulJob* jobs, int64_t n_jobs, int64_t max_N,
                    const int32_t* expert_begin, const int32_t* tile_expert, const int32_t* tile_t0,
-                   const int32_t* n_tiles, int64_t max_tiles, bool vec, bool one_row, bool swiglu,
+                   const int32_t* n_tiles, int64_t max_tiles, bool vec, bool one_row, int64_t swiglu_k,
                    cudaStream_t stream);
 
 // Several one-token products of the same input row x (q/k/v, the GDN input projections, a gate
