@@ -1,5 +1,8 @@
 #include "kernels/cuda/matmul.cuh"
 
+#include <cstdlib>
+#include <string>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/moe_route.cuh"
 
@@ -159,32 +162,54 @@ __device__ __forceinline__ void unpack8(const Raw8& r, float* out) {
   }
 }
 
-// One weight row against x, the per-element order of the header. Every load of a pass (up to
-// kMatvecGroups groups per lane: a whole 2048-column bf16 row per warp) is issued before the
-// first fma, so a row costs one memory round trip instead of one per 4 groups.
-template <DType D, bool SWIGLU = false>
-__device__ __forceinline__ float matvec_row(const uint8_t* row, int64_t K, const float* x, int lane,
-                                            const float* up = nullptr) {
-  constexpr int G = D == DType::kF32 ? kMatvecGroups / 2 : kMatvecGroups;
-  float acc = 0.0f;
-  for (int64_t k0 = int64_t(lane) * 8; k0 < K; k0 += G * 256) {
-    Raw8 raw[G];
+// R weight rows against x, each in the per-element order of the header (R accumulators, each the
+// same fma chain as alone). Every load of a pass (kMatvecGroups groups per lane over the R rows: a
+// whole 2048-column bf16 row per warp when R = 1) is issued before the first fma, so a pass costs
+// one memory round trip; with R = 2 each activation load serves two rows. Rows r >= n_rows are
+// neither read nor summed (their result is garbage and not stored).
+template <DType D, bool SWIGLU, int R>
+__device__ __forceinline__ void matvec_rows(const uint8_t* const* rows, int n_rows, int64_t K, const float* x,
+                                            int lane, const float* up, float* out) {
+  constexpr int G = (D == DType::kF32 ? kMatvecGroups / 2 : kMatvecGroups) / R;
+  float acc[R];
 #pragma unroll
-    for (int u = 0; u < G; ++u)
-      if (k0 + u * 256 < K) raw[u] = load_raw8<D>(row, k0 + u * 256);
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  for (int64_t k0 = int64_t(lane) * 8; k0 < K; k0 += G * 256) {
+    Raw8 raw[R][G];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int u = 0; u < G; ++u)
+        if (r < n_rows && k0 + u * 256 < K) raw[r][u] = load_raw8<D>(rows[r], k0 + u * 256);
 #pragma unroll
     for (int u = 0; u < G; ++u) {
       if (k0 + u * 256 >= K) break;
-      float wv[8], xv[8];
-      unpack8<D>(raw[u], wv);
+      float xv[8];
       load_x8<SWIGLU>(x, up, k0 + u * 256, xv);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) acc = fmaf(wv[j], xv[j], acc);
+      for (int r = 0; r < R; ++r) {
+        if (r >= n_rows) break;
+        float wv[8];
+        unpack8<D>(raw[r][u], wv);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[r] = fmaf(wv[j], xv[j], acc[r]);
+      }
     }
   }
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  return acc;
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
+    out[r] = acc[r];
+  }
+}
+
+template <DType D, bool SWIGLU = false>
+__device__ __forceinline__ float matvec_row(const uint8_t* row, int64_t K, const float* x, int lane,
+                                            const float* up = nullptr) {
+  float v;
+  matvec_rows<D, SWIGLU, 1>(&row, 1, K, x, lane, up, &v);
+  return v;
 }
 
 template <DType D>
@@ -215,7 +240,7 @@ __device__ __forceinline__ void stage_swiglu(float* xs, const float* x, const fl
   __syncthreads();
 }
 
-template <DType D, int SW>
+template <DType D, int SW, int R>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
     matvec_multi_kernel(MatvecJobs jobs, MatvecBlocks blocks, int64_t K, const float* x, const float* up) {
   extern __shared__ float4 staged4[];
@@ -225,11 +250,27 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
   }
   int j = 0;
   while (j + 1 < jobs.n && int(blockIdx.x) >= blocks.begin[j + 1]) ++j;
-  const int64_t n = int64_t(int(blockIdx.x) - blocks.begin[j]) * kMatvecWarps + threadIdx.x / 32;
-  if (n >= jobs.N[j]) return;
-  const float v = matvec_row<D, SW == kSwigluDirect>(static_cast<const uint8_t*>(jobs.w[j]) + size_t(n) * jobs.row_bytes[j],
-                                                     K, x, threadIdx.x % 32, up);
-  if (threadIdx.x % 32 == 0) jobs.y[j][n] = v;
+  const int64_t n0 = (int64_t(int(blockIdx.x) - blocks.begin[j]) * kMatvecWarps + threadIdx.x / 32) * R;
+  if (n0 >= jobs.N[j]) return;
+  const int n_rows = int(jobs.N[j] - n0 < R ? jobs.N[j] - n0 : R);
+  const uint8_t* rows[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    rows[r] = static_cast<const uint8_t*>(jobs.w[j]) + size_t(n0 + (r < n_rows ? r : 0)) * jobs.row_bytes[j];
+  float v[R];
+  matvec_rows<D, SW == kSwigluDirect, R>(rows, n_rows, K, x, threadIdx.x % 32, up, v);
+  if (threadIdx.x % 32 == 0)
+    for (int r = 0; r < n_rows; ++r) jobs.y[j][n0 + r] = v[r];
+}
+
+// Rows per warp of the one-token products (matvec_multi): 1, or 2 with WEFT_CUDA_MATVEC_ROWS=2
+// (an experiment: the same bits, half the activation loads per weight byte). Read once.
+int matvec_rows_per_warp() {
+  static const int r = [] {
+    const char* e = std::getenv("WEFT_CUDA_MATVEC_ROWS");
+    return e && std::string(e) == "2" ? 2 : 1;
+  }();
+  return r;
 }
 
 // The routed experts of a one-row routing (decode): blockIdx.y picks the expert slot (each
@@ -346,20 +387,23 @@ void expert_matmul(DType dtype, const ExpertMatmulJob* jobs, int64_t n_jobs, int
 void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x, cudaStream_t stream,
                   const float* up) {
   MatvecBlocks blocks{};
-  for (int j = 0; j < jobs.n; ++j) blocks.begin[j + 1] = blocks.begin[j] + int(blocks_for(jobs.N[j], kMatvecWarps));
+  const int R = matvec_rows_per_warp();
+  for (int j = 0; j < jobs.n; ++j) blocks.begin[j + 1] = blocks.begin[j] + int(blocks_for(jobs.N[j], kMatvecWarps * R));
   if (jobs.n == 0 || blocks.begin[jobs.n] == 0) return;
   const unsigned grid = unsigned(blocks.begin[jobs.n]), threads = kMatvecWarps * 32;
   const SwigluMode mode = swiglu_mode(up != nullptr, K);
   const size_t smem = mode == kSwigluStaged ? size_t(K) * sizeof(float) : 0;
   switch (dtype) {
-#define WEFT_MATVEC(D)                                                                                             \
-  (mode == kSwigluStaged   ? matvec_multi_kernel<D, kSwigluStaged><<<grid, threads, smem, stream>>>(jobs, blocks, K, x, up) \
-   : mode == kSwigluDirect ? matvec_multi_kernel<D, kSwigluDirect><<<grid, threads, 0, stream>>>(jobs, blocks, K, x, up) \
-                           : matvec_multi_kernel<D, kPlain><<<grid, threads, 0, stream>>>(jobs, blocks, K, x, nullptr))
+#define WEFT_MATVEC_R(D, RR)                                                                                          \
+  (mode == kSwigluStaged   ? matvec_multi_kernel<D, kSwigluStaged, RR><<<grid, threads, smem, stream>>>(jobs, blocks, K, x, up) \
+   : mode == kSwigluDirect ? matvec_multi_kernel<D, kSwigluDirect, RR><<<grid, threads, 0, stream>>>(jobs, blocks, K, x, up) \
+                           : matvec_multi_kernel<D, kPlain, RR><<<grid, threads, 0, stream>>>(jobs, blocks, K, x, nullptr))
+#define WEFT_MATVEC(D) (R == 2 ? WEFT_MATVEC_R(D, 2) : WEFT_MATVEC_R(D, 1))
     case DType::kF32: WEFT_MATVEC(DType::kF32); break;
     case DType::kF16: WEFT_MATVEC(DType::kF16); break;
     case DType::kBF16: WEFT_MATVEC(DType::kBF16); break;
 #undef WEFT_MATVEC
+#undef WEFT_MATVEC_R
     default: check(cudaErrorInvalidValue, "matvec_multi: weight type not yet on CUDA");
   }
   WEFT_CUDA_LAUNCHED();
