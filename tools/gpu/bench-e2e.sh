@@ -24,7 +24,9 @@ lim 300 ninja -C "$BUILD" -j"$(nproc)" weft_cli backend_cuda_test > "$OUT/build.
 if [ "${1:-}" != "--no-tests" ]; then
   lim 240 "$BUILD/backend_cuda_test" --gtest_color=no > "$OUT/backend_cuda_test.log" 2>&1
   grep -E '^\[  (PASSED|FAILED) ' "$OUT/backend_cuda_test.log" | sort -u | head -30
-  tail -1 "$OUT/backend_cuda_test.log"
+  # The same tests with two weight rows per warp in the one-token products (an experiment).
+  WEFT_CUDA_MATVEC_ROWS=2 lim 240 "$BUILD/backend_cuda_test" --gtest_color=no > "$OUT/backend_cuda_test_rows2.log" 2>&1
+  grep -E '^\[  (PASSED|FAILED) ' "$OUT/backend_cuda_test_rows2.log" | sort -u | head -30
 fi
 wait
 tail -2 "$OUT/synth.log" 2>/dev/null
@@ -32,28 +34,28 @@ tail -2 "$OUT/synth.log" 2>/dev/null
 B="bench --device cuda -m $MODEL --ctx 4096 --gen 32 -q"
 WEFT_CUDA_GRAPH_STATS=1 lim 150 "$W" $B --arms f16,q8_0 --repeats 3 --energy --out "$OUT/bench_4k" > "$OUT/bench_4k.log" 2>&1
 WEFT_CUDA_FUSE=0 lim 100 "$W" $B --arms f16 --repeats 3 --energy --out "$OUT/bench_4k_unfused" > "$OUT/bench_4k_unfused.log" 2>&1
+WEFT_CUDA_MATVEC_ROWS=2 lim 100 "$W" $B --arms f16 --repeats 3 --energy --out "$OUT/bench_4k_rows2" > "$OUT/bench_4k_rows2.log" 2>&1
 WEFT_CUDA_PROFILE=1 lim 80 "$W" bench --device cuda -m "$MODEL" --ctx 4096 --gen 16 -q --arms f16 --repeats 1 \
   > "$OUT/profile.log" 2>&1
-WEFT_CUDA_FUSE=0 WEFT_CUDA_PROFILE=1 lim 80 "$W" bench --device cuda -m "$MODEL" --ctx 4096 --gen 16 -q --arms f16 \
+[ "${PROFILE_UNFUSED:-1}" = 1 ] && WEFT_CUDA_FUSE=0 WEFT_CUDA_PROFILE=1 lim 80 "$W" bench --device cuda -m "$MODEL" --ctx 4096 --gen 16 -q --arms f16 \
   --repeats 1 > "$OUT/profile_unfused.log" 2>&1
-# Kernel by kernel (Nsight Compute, when installed): the durations of one graph-free decode step's
-# kernels: NCU_COUNT launches after the prompt and a step (NCU_SKIP), three steps' worth, summed per
-# kernel name and divided by 3.
+# Kernel by kernel (Nsight Compute, when installed): the durations of graph-free decode steps'
+# kernels (NCU_COUNT launches after NCU_SKIP; ncu-step.py keeps whole steps), per kernel name.
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 if [ -n "$NCU" ] && [ "${NCU_STEP:-1}" = 1 ]; then
   seq 1 8 | tr '\n' ' ' > "$OUT/ids8.txt"
-  WEFT_CUDA_GRAPHS=0 lim 150 "$NCU" --metrics gpu__time_duration.sum --csv --launch-skip "${NCU_SKIP:-1200}" \
-    --launch-count "${NCU_COUNT:-1680}" "$W" generate --device cuda -m "$MODEL" --ids-file "$OUT/ids8.txt" -n 10 \
+  WEFT_CUDA_GRAPHS=0 lim 150 "$NCU" --metrics gpu__time_duration.sum --csv --launch-skip "${NCU_SKIP:-2500}" \
+    --launch-count "${NCU_COUNT:-2000}" "$W" generate --device cuda -m "$MODEL" --ids-file "$OUT/ids8.txt" -n 14 \
     --ignore-eos > "$OUT/ncu.csv" 2> "$OUT/ncu.log"
-  python3 tools/gpu/ncu-step.py "${NCU_STEPS:-3}" < "$OUT/ncu.csv" > "$OUT/ncu_step.md" 2>> "$OUT/ncu.log"
+  python3 tools/gpu/ncu-step.py < "$OUT/ncu.csv" > "$OUT/ncu_step.md" 2>> "$OUT/ncu.log"
   echo "### ncu"; head -40 "$OUT/ncu_step.md"; tail -3 "$OUT/ncu.log"
 fi
 if [ -n "${EXTRA:-}" ]; then lim "${EXTRA_S:-120}" bash -c "$EXTRA" > "$OUT/extra.log" 2>&1; tail -40 "$OUT/extra.log"; fi
 
-for f in bench_4k bench_4k_unfused; do
+for f in bench_4k bench_4k_unfused bench_4k_rows2; do
   [ -f "$OUT/$f/report.md" ] && { echo "### $f"; grep -E "decode|tok/s|^\|" "$OUT/$f/report.md" | head -20; }
 done
 grep "weft cuda graphs" "$OUT/bench_4k.log" | sort | uniq -c
-for f in profile profile_unfused; do echo "### $f"; grep -A45 "weft cuda profile" "$OUT/$f.log" | head -48; done
+for f in profile profile_unfused; do [ -f "$OUT/$f.log" ] && { echo "### $f"; grep -A45 "weft cuda profile" "$OUT/$f.log" | head -34; }; done
 (command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu) > "$OUT/ncu-where.txt" 2>&1
 mkdir -p "$FINAL" && tar -czf "$FINAL/e2e.tar.gz" -C "$OUT" . && rm -rf "$OUT"

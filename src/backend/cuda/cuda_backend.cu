@@ -539,15 +539,30 @@ class CudaBackend final : public Backend {
                        << g.T << g.n_k << g.n_v << g.dk << g.dv;
       args.push_back(g);
     }
-    launch(op, [args = std::move(args), this] {
-      for (const GdnRecurrentArgs& g : args) cuda::gdn_recurrence(g, stream_);
+    // rmsnorm_gated of a single sequence's rows right after joins this launch (see GdnRun).
+    auto run = std::make_shared<GdnRun>();
+    run->args = std::move(args);
+    launch(op, [run, this] {
+      if (run->norm) {
+        timing_name_ = "gdn_recurrence+rmsnorm_gated";
+        cuda::gdn_recurrence_norm(run->args[0], *run->norm, stream_);
+        return;
+      }
+      for (const GdnRecurrentArgs& g : run->args) cuda::gdn_recurrence(g, stream_);
     });
+    open_fusable(run);
   }
   void rmsnorm_gated(const float* x, const float* z, const float* wt, float* y, int64_t rows, int64_t n,
                      float eps) override {
     const char* const op = "rmsnorm_gated";
     const float* wd = w(wt);
     recorder_->sig() << __LINE__ << x << z << wd << y << rows << n << eps;
+    if (GdnRun* g = open_gdn(); g && g->args.size() == 1 && !g->norm && x == y && x == g->args[0].out &&
+                                rows == g->args[0].T * g->args[0].n_v && n == g->args[0].dv &&
+                                cuda::gdn_recurrence_norm_fusable(g->args[0])) {
+      g->norm = cuda::GatedNormArgs{z, wd, eps};
+      return;
+    }
     launch(op, [=, this] { cuda::rmsnorm_gated(x, z, wd, y, rows, n, eps, stream_); });
   }
 
@@ -694,7 +709,8 @@ class CudaBackend final : public Backend {
   //   ResidualRun, one cuda::residual_rmsnorm launch;
   //   swiglu -> one-token matmul or one-row grouped_matmul reading its output;
   //   moe_gather -> one-row grouped_matmul reading its output;
-  //   causal_conv -> gdn_prep of the same rows (one sequence): cuda::causal_conv_prep.
+  //   causal_conv -> gdn_prep of the same rows (one sequence): cuda::causal_conv_prep;
+  //   gdn_recurrence (one sequence) -> rmsnorm_gated of its output: cuda::gdn_recurrence_norm.
   struct ResidualRun {
     cuda::ResidualArgs a;
     // rmsnorm(x, rows, n) can join: the same rows as the shared-expert add, or the add's n floats.
@@ -713,6 +729,10 @@ class CudaBackend final : public Backend {
     float* state = nullptr;
     std::optional<GdnPrepArgs> prep;
   };
+  struct GdnRun {
+    std::vector<GdnRecurrentArgs> args;
+    std::optional<cuda::GatedNormArgs> norm;
+  };
   struct GatherRun {
     const float* x = nullptr;
     float* dst = nullptr;
@@ -723,13 +743,15 @@ class CudaBackend final : public Backend {
   std::shared_ptr<SwigluRun> open_swiglu_;
   std::shared_ptr<GatherRun> open_gather_;
   std::shared_ptr<ConvRun> open_conv_;
+  std::shared_ptr<GdnRun> open_gdn_;
   uint64_t open_id_ = 0;
   template <typename Run>
   void open_fusable(const std::shared_ptr<Run>& run) {
-    open_residual_.reset(), open_swiglu_.reset(), open_gather_.reset(), open_conv_.reset();
+    open_residual_.reset(), open_swiglu_.reset(), open_gather_.reset(), open_conv_.reset(), open_gdn_.reset();
     if constexpr (std::is_same_v<Run, ResidualRun>) open_residual_ = run;
     else if constexpr (std::is_same_v<Run, SwigluRun>) open_swiglu_ = run;
     else if constexpr (std::is_same_v<Run, ConvRun>) open_conv_ = run;
+    else if constexpr (std::is_same_v<Run, GdnRun>) open_gdn_ = run;
     else open_gather_ = run;
     open_id_ = recorder_->last_op_id();
   }
@@ -741,6 +763,7 @@ class CudaBackend final : public Backend {
   SwigluRun* open_swiglu() const { return open_run(open_swiglu_); }
   GatherRun* open_gather() const { return open_run(open_gather_); }
   ConvRun* open_conv() const { return open_run(open_conv_); }
+  GdnRun* open_gdn() const { return open_run(open_gdn_); }
   void run_residual(const ResidualRun& r) {
     const cuda::ResidualArgs& a = r.a;
     if (!a.x) return cuda::add_sigmoid_scaled(a.y, a.shared, a.s, a.rows, a.n, stream_);

@@ -126,8 +126,11 @@ __global__ void __launch_bounds__(kConvPrepThreads)
 }
 
 // DK > 0: the column lives in registers (DK values); DK == 0: in the state array itself.
-template <int DK>
-__global__ void gdn_recurrence_kernel(GdnRecurrentArgs a) {
+// NORM: the gated RMSNorm of each output row follows in the same block (one block per head,
+// blockDim == dv == kGatedNormThreads: rmsnorm_gated's block size for dv <= 128, and its order).
+constexpr int kGatedNormThreads = 128;
+template <int DK, bool NORM>
+__global__ void gdn_recurrence_kernel(GdnRecurrentArgs a, GatedNormArgs nw) {
   extern __shared__ float qk[];  // [2, dk]: this token's q and k of the head's key head
   const int64_t j = blockIdx.x, c = int64_t(blockIdx.y) * blockDim.x + threadIdx.x, dk = DK > 0 ? DK : a.dk, dv = a.dv;
   const int64_t kh = j / (a.n_v / a.n_k);
@@ -144,7 +147,7 @@ __global__ void gdn_recurrence_kernel(GdnRecurrentArgs a) {
       qk[dk + i] = a.k[t * a.q_stride + kh * dk + i];
     }
     __syncthreads();
-    if (c >= dv) continue;
+    if (!NORM && c >= dv) continue;
     const float decay = expf(a.g[t * a.n_v + j]);
     const float beta = a.beta[t * a.n_v + j];
     float kv = 0;
@@ -175,6 +178,13 @@ __global__ void gdn_recurrence_kernel(GdnRecurrentArgs a) {
         S[r * dv + c] = s;
         o += s * qk[r];
       }
+    }
+    if constexpr (NORM) {  // rmsnorm_gated_kernel's arithmetic on this row (c < dv: dv == blockDim)
+      double ss = 0;
+      ss += double(o) * double(o);
+      ss = block_sum(ss);
+      const float inv = float(1.0 / sqrt(ss / double(dv) + double(nw.eps)));
+      o = nw.w[c] * (o * inv) * silu_dev(nw.z[(t * a.n_v + j) * dv + c]);
     }
     a.out[(t * a.n_v + j) * dv + c] = o;
   }
@@ -232,10 +242,25 @@ void gdn_recurrence(const GdnRecurrentArgs& a, cudaStream_t stream) {
   const unsigned threads = 32;
   const dim3 grid(unsigned(a.n_v), unsigned((a.dv + 31) / 32));
   const size_t smem = size_t(2 * a.dk) * sizeof(float);
-  if (a.dk == 128) gdn_recurrence_kernel<128><<<grid, threads, smem, stream>>>(a);
-  else if (a.dk == 64) gdn_recurrence_kernel<64><<<grid, threads, smem, stream>>>(a);
-  else if (a.dk == 32) gdn_recurrence_kernel<32><<<grid, threads, smem, stream>>>(a);
-  else gdn_recurrence_kernel<0><<<grid, threads, smem, stream>>>(a);
+  const GatedNormArgs none{};
+  if (a.dk == 128) gdn_recurrence_kernel<128, false><<<grid, threads, smem, stream>>>(a, none);
+  else if (a.dk == 64) gdn_recurrence_kernel<64, false><<<grid, threads, smem, stream>>>(a, none);
+  else if (a.dk == 32) gdn_recurrence_kernel<32, false><<<grid, threads, smem, stream>>>(a, none);
+  else gdn_recurrence_kernel<0, false><<<grid, threads, smem, stream>>>(a, none);
+  WEFT_CUDA_LAUNCHED();
+}
+
+bool gdn_recurrence_norm_fusable(const GdnRecurrentArgs& a) { return a.dv == kGatedNormThreads; }
+
+void gdn_recurrence_norm(const GdnRecurrentArgs& a, const GatedNormArgs& nw, cudaStream_t stream) {
+  if (!gdn_recurrence_norm_fusable(a)) throw std::runtime_error("gdn_recurrence_norm: value heads of 128 only");
+  if (a.T == 0) return;
+  const size_t smem = size_t(2 * a.dk) * sizeof(float);
+  const unsigned grid = unsigned(a.n_v), threads = kGatedNormThreads;
+  if (a.dk == 128) gdn_recurrence_kernel<128, true><<<grid, threads, smem, stream>>>(a, nw);
+  else if (a.dk == 64) gdn_recurrence_kernel<64, true><<<grid, threads, smem, stream>>>(a, nw);
+  else if (a.dk == 32) gdn_recurrence_kernel<32, true><<<grid, threads, smem, stream>>>(a, nw);
+  else gdn_recurrence_kernel<0, true><<<grid, threads, smem, stream>>>(a, nw);
   WEFT_CUDA_LAUNCHED();
 }
 

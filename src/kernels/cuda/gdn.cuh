@@ -28,5 +28,15 @@ void causal_conv_prep(const float* w, int64_t kernel, float* conv_state, const G
 // state column c: S[:, c] decays, kv = Σ_r S[r, c]·k[r] in r order, δ = (v − kv)·β,
 // S[:, c] += k·δ, o = Σ_r S[r, c]·q[r] in r order — the CPU scalar kernel's order per column.
 void gdn_recurrence(const GdnRecurrentArgs& a, cudaStream_t stream);
+// The recurrence followed by rmsnorm_gated over its output rows (y = w·(o·rsqrt(mean(o²)+eps))·
+// silu(z), in place), in one launch with the same bits: one block per value head, the norm of each
+// token's row right after the row (dv == 128 only: gdn_recurrence_norm_fusable).
+struct GatedNormArgs {
+  const float* z = nullptr;  // [T, n_v, dv]
+  const float* w = nullptr;  // [dv]
+  float eps = 0.0f;
+};
+bool gdn_recurrence_norm_fusable(const GdnRecurrentArgs& a);
+void gdn_recurrence_norm(const GdnRecurrentArgs& a, const GatedNormArgs& nw, cudaStream_t stream);
 
 }  // namespace weft::cuda

@@ -18,23 +18,6 @@ __device__ __forceinline__ void keep_better(float& bv, int& bi, float v, int i) 
   if (v > bv || (v == bv && i < bi)) bv = v, bi = i;
 }
 
-// Block-wide best (value, id); every thread gets it.
-__device__ void block_best(float& v, int& i) {
-  __shared__ float wv[32];
-  __shared__ int wi[32];
-  for (int off = 16; off > 0; off >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, off);
-    const int oi = __shfl_xor_sync(0xffffffffu, i, off);
-    keep_better(v, i, ov, oi);
-  }
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, n_warps = blockDim.x / 32;
-  __syncthreads();
-  if (lane == 0) wv[warp] = v, wi[warp] = i;
-  __syncthreads();
-  v = -2.0f, i = 0x7fffffff;
-  for (int w = 0; w < n_warps; ++w) keep_better(v, i, wv[w], wi[w]);
-}
-
 __device__ float block_max(float m) {
   __shared__ float wm[32];
   for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
@@ -47,8 +30,9 @@ __device__ float block_max(float m) {
   return m;
 }
 
-// Row `r`: softmax in place, then k rounds of block argmax. `shared`: 2E floats.
-__device__ void topk_row(float* shared, int64_t r, float* logits, int E, int K, bool renormalize,
+// Row `r`: softmax in place, then k rounds of block argmax. `shared`: 2E floats. Returns the
+// chosen experts in slot order (shared memory, valid after a barrier).
+__device__ const int* topk_row(float* shared, int64_t r, float* logits, int E, int K, bool renormalize,
                          int32_t* slot_expert, float* slot_weight) {
   float* p = shared;      // probabilities
   float* cand = p + E;    // probabilities of the experts not chosen yet (chosen: −1)
@@ -76,17 +60,25 @@ __device__ void topk_row(float* shared, int64_t r, float* logits, int E, int K, 
     row[e] = v;
   }
   __syncthreads();
-  for (int j = 0; j < K; ++j) {
-    float bv = -2.0f;
-    int bi = 0x7fffffff;
-    for (int e = threadIdx.x; e < E; e += blockDim.x) keep_better(bv, bi, cand[e], e);
-    block_best(bv, bi);
-    if (threadIdx.x == 0) {
-      chosen[j] = bi;
-      cand[bi] = -1.0f;
+  // k rounds of argmax by warp 0 alone (shuffles, no block barriers): lane l scans the experts
+  // e ≡ l (mod 32); the winner's lane marks it taken. keep_better is a total order, so the winner
+  // does not depend on the order of comparisons.
+  if (threadIdx.x < 32) {
+    for (int j = 0; j < K; ++j) {
+      float bv = -2.0f;
+      int bi = 0x7fffffff;
+      for (int e = threadIdx.x; e < E; e += 32) keep_better(bv, bi, cand[e], e);
+      for (int off = 16; off > 0; off >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+        keep_better(bv, bi, ov, oi);
+      }
+      if (threadIdx.x == 0) chosen[j] = bi;
+      if (bi % 32 == int(threadIdx.x)) cand[bi] = -1.0f;
+      __syncwarp();
     }
-    __syncthreads();
   }
+  __syncthreads();
   if (threadIdx.x == 0) {
     double sum = 0;
     for (int j = 0; j < K; ++j) sum += p[chosen[j]];
@@ -96,6 +88,7 @@ __device__ void topk_row(float* shared, int64_t r, float* logits, int E, int K, 
       slot_weight[s0 + j] = renormalize ? float(p[chosen[j]] / sum) : p[chosen[j]];
     }
   }
+  return chosen;
 }
 
 // One block per row.
@@ -183,14 +176,14 @@ __global__ void __launch_bounds__(kGroupThreads)
               experts_touched);
 }
 
-// One row (decode): both steps in one block, one launch instead of two. The block's threads see
-// thread 0's slot_expert writes after the barrier (global memory, same block).
+// One row (decode): both steps in one block, one launch instead of two.
 __global__ void __launch_bounds__(kTopkThreads)
     moe_route_one_kernel(float* logits, int E, int K, bool renormalize, MoeRouteOut out) {
   extern __shared__ float shared[];
-  topk_row(shared, 0, logits, E, K, renormalize, out.slot_expert, out.slot_weight);
+  const int* chosen = topk_row(shared, 0, logits, E, K, renormalize, out.slot_expert, out.slot_weight);
   __syncthreads();
-  group_slots(reinterpret_cast<int32_t*>(shared), out.slot_expert, K, E, out.expert_begin, out.sorted_slot,
+  // The grouping reads the chosen experts from shared memory (the same values thread 0 stored).
+  group_slots(reinterpret_cast<int32_t*>(shared), chosen, K, E, out.expert_begin, out.sorted_slot,
               out.slot_pos, out.tile_expert, out.tile_t0, out.n_tiles, out.experts_touched);
 }
 
