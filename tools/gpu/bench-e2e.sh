@@ -5,7 +5,7 @@
 # time of one decode step both ways (WEFT_CUDA_PROFILE=1: CUDA events, graphs off, decode steps
 # only). Logs and reports land in $OUT (and $OUT/e2e.tar.gz); the summary goes to stdout.
 #
-#   bash tools/gpu/bench-e2e.sh [--no-tests]
+#   bash tools/gpu/bench-e2e.sh [--no-tests]     (FULL=1: also the 256-expert geometry at 4096)
 set -u
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -52,7 +52,13 @@ if [ -n "$NCU" ] && [ "${NCU_STEP:-1}" = 1 ]; then
 fi
 if [ -n "${EXTRA:-}" ]; then lim "${EXTRA_S:-120}" bash -c "$EXTRA" > "$OUT/extra.log" 2>&1; tail -40 "$OUT/extra.log"; fi
 
-for f in bench_4k bench_4k_unfused bench_4k_rows2; do
+# The full 256-expert geometry, generated in host memory (70 GB) and uploaded: FULL=1.
+if [ "${FULL:-0}" = 1 ]; then
+  lim "${FULL_S:-200}" "$W" bench --device cuda --synthetic qwen3.5-35b-a3b --ctx 4096 --arms f16,q8_0 --repeats 2 \
+    --gen 32 --energy -q --out "$OUT/bench_full" > "$OUT/bench_full.log" 2>&1
+  tail -3 "$OUT/bench_full.log"
+fi
+for f in bench_4k bench_4k_unfused bench_4k_rows2 bench_full; do
   [ -f "$OUT/$f/report.md" ] && { echo "### $f"; grep -E "decode|tok/s|^\|" "$OUT/$f/report.md" | head -20; }
 done
 grep "weft cuda graphs" "$OUT/bench_4k.log" | sort | uniq -c

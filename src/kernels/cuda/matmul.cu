@@ -263,7 +263,8 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
     for (int r = 0; r < n_rows; ++r) jobs.y[j][n0 + r] = v[r];
 }
 
-// Rows per warp of the one-token products (matvec_multi): 1, or 2 with WEFT_CUDA_MATVEC_ROWS=2
+// Rows per warp of the one-token products (matvec_multi, the one-row expert products): 1, or 2 with
+// WEFT_CUDA_MATVEC_ROWS=2
 // (an experiment: the same bits, half the activation loads per weight byte). Read once.
 int matvec_rows_per_warp() {
   static const int r = [] {
@@ -279,7 +280,7 @@ int matvec_rows_per_warp() {
 // job; then the expert's weights and row), not one after another: a chain of dependent loads is
 // microseconds before the first weight byte moves. tile_expert past *n_tiles lies inside the array
 // (stale values) and is not used.
-template <DType D, int SW>
+template <DType D, int SW, int R>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
     expert_matvec_kernel(const ExpertMatmulJob* jobs, const int32_t* expert_begin, const int32_t* tile_expert,
                          const int32_t* n_tiles) {
@@ -295,11 +296,17 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
     stage_swiglu(reinterpret_cast<float*>(staged4), x, j.up + b * j.ldx, j.K);
     x = reinterpret_cast<const float*>(staged4);
   }
-  const int64_t n = int64_t(blockIdx.x) * kMatvecWarps + threadIdx.x / 32;
-  if (n >= j.N) return;
-  const float v = matvec_row<D, SW == kSwigluDirect>(static_cast<const uint8_t*>(w) + size_t(n) * j.row_bytes, j.K, x,
-                                                     threadIdx.x % 32, SW == kSwigluDirect ? j.up + b * j.ldx : nullptr);
-  if (threadIdx.x % 32 == 0) j.y[b * j.ldy + n] = v;
+  const int64_t n0 = (int64_t(blockIdx.x) * kMatvecWarps + threadIdx.x / 32) * R;
+  if (n0 >= j.N) return;
+  const int n_rows = int(j.N - n0 < R ? j.N - n0 : R);
+  const uint8_t* rows[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) rows[r] = static_cast<const uint8_t*>(w) + size_t(n0 + (r < n_rows ? r : 0)) * j.row_bytes;
+  float v[R];
+  matvec_rows<D, SW == kSwigluDirect, R>(rows, n_rows, j.K, x, threadIdx.x % 32,
+                                         SW == kSwigluDirect ? j.up + b * j.ldx : nullptr, v);
+  if (threadIdx.x % 32 == 0)
+    for (int r = 0; r < n_rows; ++r) j.y[b * j.ldy + n0 + r] = v[r];
 }
 
 template <DType D, bool VEC>
@@ -352,13 +359,15 @@ void expert_matmul(DType dtype, const ExpertMatmulJob* jobs, int64_t n_jobs, int
   if (n_jobs == 0 || max_N == 0 || max_tiles == 0) return;
   if (swiglu && !(vec && one_row)) check(cudaErrorInvalidValue, "expert_matmul: swiglu input only on the one-row path");
   if (vec && one_row) {
-    const dim3 g(blocks_for(max_N, kMatvecWarps), unsigned(max_tiles), unsigned(n_jobs));
+    const int R = matvec_rows_per_warp();
+    const dim3 g(blocks_for(max_N, kMatvecWarps * R), unsigned(max_tiles), unsigned(n_jobs));
     const SwigluMode mode = swiglu_mode(swiglu, swiglu_k);
     const size_t smem = mode == kSwigluStaged ? size_t(swiglu_k) * sizeof(float) : 0;
-#define WEFT_EXPERT_VEC(D)                                                                                                  \
-  (mode == kSwigluStaged   ? expert_matvec_kernel<D, kSwigluStaged><<<g, kMatvecWarps * 32, smem, stream>>>(jobs, expert_begin, tile_expert, n_tiles) \
-   : mode == kSwigluDirect ? expert_matvec_kernel<D, kSwigluDirect><<<g, kMatvecWarps * 32, 0, stream>>>(jobs, expert_begin, tile_expert, n_tiles) \
-                           : expert_matvec_kernel<D, kPlain><<<g, kMatvecWarps * 32, 0, stream>>>(jobs, expert_begin, tile_expert, n_tiles))
+#define WEFT_EXPERT_VEC_R(D, RR)                                                                                                \
+  (mode == kSwigluStaged   ? expert_matvec_kernel<D, kSwigluStaged, RR><<<g, kMatvecWarps * 32, smem, stream>>>(jobs, expert_begin, tile_expert, n_tiles) \
+   : mode == kSwigluDirect ? expert_matvec_kernel<D, kSwigluDirect, RR><<<g, kMatvecWarps * 32, 0, stream>>>(jobs, expert_begin, tile_expert, n_tiles) \
+                           : expert_matvec_kernel<D, kPlain, RR><<<g, kMatvecWarps * 32, 0, stream>>>(jobs, expert_begin, tile_expert, n_tiles))
+#define WEFT_EXPERT_VEC(D) (R == 2 ? WEFT_EXPERT_VEC_R(D, 2) : WEFT_EXPERT_VEC_R(D, 1))
     switch (dtype) {
       case DType::kF32: WEFT_EXPERT_VEC(DType::kF32); break;
       case DType::kF16: WEFT_EXPERT_VEC(DType::kF16); break;
@@ -366,6 +375,7 @@ void expert_matmul(DType dtype, const ExpertMatmulJob* jobs, int64_t n_jobs, int
       default: check(cudaErrorInvalidValue, "expert_matmul: weight type not yet on CUDA");
     }
 #undef WEFT_EXPERT_VEC
+#undef WEFT_EXPERT_VEC_R
     WEFT_CUDA_LAUNCHED();
     return;
   }
