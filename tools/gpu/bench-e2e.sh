@@ -24,9 +24,9 @@ lim 300 ninja -C "$BUILD" -j"$(nproc)" weft_cli backend_cuda_test > "$OUT/build.
 if [ "${1:-}" != "--no-tests" ]; then
   lim 240 "$BUILD/backend_cuda_test" --gtest_color=no > "$OUT/backend_cuda_test.log" 2>&1
   grep -E '^\[  (PASSED|FAILED) ' "$OUT/backend_cuda_test.log" | sort -u | head -30
-  # The same tests with two weight rows per warp in the one-token products (an experiment).
-  WEFT_CUDA_MATVEC_ROWS=2 lim 240 "$BUILD/backend_cuda_test" --gtest_color=no > "$OUT/backend_cuda_test_rows2.log" 2>&1
-  grep -E '^\[  (PASSED|FAILED) ' "$OUT/backend_cuda_test_rows2.log" | sort -u | head -30
+  # The same tests with one weight row per warp in the one-token products (WEFT_CUDA_MATVEC_ROWS=1).
+  WEFT_CUDA_MATVEC_ROWS=1 lim 240 "$BUILD/backend_cuda_test" --gtest_color=no > "$OUT/backend_cuda_test_rows1.log" 2>&1
+  grep -E '^\[  (PASSED|FAILED) ' "$OUT/backend_cuda_test_rows1.log" | sort -u | head -30
 fi
 wait
 tail -2 "$OUT/synth.log" 2>/dev/null
@@ -34,7 +34,7 @@ tail -2 "$OUT/synth.log" 2>/dev/null
 B="bench --device cuda -m $MODEL --ctx 4096 --gen 32 -q"
 WEFT_CUDA_GRAPH_STATS=1 lim 150 "$W" $B --arms f16,q8_0 --repeats 3 --energy --out "$OUT/bench_4k" > "$OUT/bench_4k.log" 2>&1
 WEFT_CUDA_FUSE=0 lim 100 "$W" $B --arms f16 --repeats 3 --energy --out "$OUT/bench_4k_unfused" > "$OUT/bench_4k_unfused.log" 2>&1
-WEFT_CUDA_MATVEC_ROWS=2 lim 100 "$W" $B --arms f16 --repeats 3 --energy --out "$OUT/bench_4k_rows2" > "$OUT/bench_4k_rows2.log" 2>&1
+WEFT_CUDA_MATVEC_ROWS=1 lim 100 "$W" $B --arms f16 --repeats 3 --energy --out "$OUT/bench_4k_rows1" > "$OUT/bench_4k_rows1.log" 2>&1
 WEFT_CUDA_PROFILE=1 lim 80 "$W" bench --device cuda -m "$MODEL" --ctx 4096 --gen 16 -q --arms f16 --repeats 1 \
   > "$OUT/profile.log" 2>&1
 [ "${PROFILE_UNFUSED:-1}" = 1 ] && WEFT_CUDA_FUSE=0 WEFT_CUDA_PROFILE=1 lim 80 "$W" bench --device cuda -m "$MODEL" --ctx 4096 --gen 16 -q --arms f16 \
@@ -58,7 +58,7 @@ if [ "${FULL:-0}" = 1 ]; then
     --gen 32 --energy -q --out "$OUT/bench_full" > "$OUT/bench_full.log" 2>&1
   tail -3 "$OUT/bench_full.log"
 fi
-for f in bench_4k bench_4k_unfused bench_4k_rows2 bench_full; do
+for f in bench_4k bench_4k_unfused bench_4k_rows1 bench_full; do
   [ -f "$OUT/$f/report.md" ] && { echo "### $f"; grep -E "decode|tok/s|^\|" "$OUT/$f/report.md" | head -20; }
 done
 grep "weft cuda graphs" "$OUT/bench_4k.log" | sort | uniq -c

@@ -263,13 +263,13 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
     for (int r = 0; r < n_rows; ++r) jobs.y[j][n0 + r] = v[r];
 }
 
-// Rows per warp of the one-token products (matvec_multi, the one-row expert products): 1, or 2 with
-// WEFT_CUDA_MATVEC_ROWS=2
-// (an experiment: the same bits, half the activation loads per weight byte). Read once.
+// Rows per warp of the one-token products (matvec_multi, the one-row expert products): 2 (each
+// activation load serves two weight rows; measured 182.0 vs 178.0 tok/s on the 40-layer geometry,
+// docs/results.md §10), or 1 with WEFT_CUDA_MATVEC_ROWS=1. The same bits either way. Read once.
 int matvec_rows_per_warp() {
   static const int r = [] {
     const char* e = std::getenv("WEFT_CUDA_MATVEC_ROWS");
-    return e && std::string(e) == "2" ? 2 : 1;
+    return e && std::string(e) == "1" ? 1 : 2;
   }();
   return r;
 }
