@@ -40,15 +40,15 @@ Result<std::shared_ptr<DeviceWeights>> DeviceWeights::upload(const WeightSet& se
   }
   auto w = std::make_shared<DeviceWeights>();
   for (const Span& s : merged) {
-    const size_t bytes = s.end - s.begin, skew = s.begin % 256;
-    void* base = nullptr;
-    if (cudaError_t e = cudaMalloc(&base, bytes + skew); e != cudaSuccess) {
+    const size_t bytes = s.end - s.begin;
+    void* base = nullptr;  // cudaMalloc: 256-byte aligned
+    if (cudaError_t e = cudaMalloc(&base, bytes); e != cudaSuccess) {
       cudaGetLastError();
       return Status::error("out of GPU memory uploading the weights (" + std::to_string(w->bytes_ + bytes) +
                            " bytes so far): " + cudaGetErrorString(e));
     }
     w->allocations_.push_back(base);
-    uint8_t* dev = static_cast<uint8_t*>(base) + skew;
+    uint8_t* dev = static_cast<uint8_t*>(base);
     if (cudaError_t e = cudaMemcpy(dev, reinterpret_cast<const void*>(s.begin), bytes, cudaMemcpyHostToDevice);
         e != cudaSuccess)
       return Status::error(std::string("uploading the weights to the GPU: ") + cudaGetErrorString(e));

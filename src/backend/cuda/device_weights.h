@@ -5,8 +5,10 @@
 // asks shared_device_weights() for the upload, which is shared by every CUDA backend of the
 // process while any of them holds it (several Sessions of one model — bench arms, fidelity —
 // keep one copy on the GPU, not one each). Host ranges that overlap (fused expert tensors seen
-// as per-expert slices, a tied lm_head) are uploaded once. Each device range keeps its host
-// range's address modulo 256, so a weight row is exactly as aligned on the GPU as on the host.
+// as per-expert slices, a tied lm_head) are uploaded once. Each device range starts 256-byte
+// aligned whatever the host address: safetensors pads its header to 8 bytes only, so a shard's
+// tensors can sit at 8 mod 16 in the file, and a copy that kept that skew would send every product
+// of the shard down the kernels' 4-byte-load path (the same bits, several times slower).
 #pragma once
 
 #include <cstdint>
