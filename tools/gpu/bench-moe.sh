@@ -32,7 +32,7 @@ WEFT_CUDA_GRAPH_STATS=1 lim 150 "$W" bench --device cuda -m "$MODEL" --ctx 4096 
   --energy -q --out "$OUT/bench_4k" > "$OUT/bench_4k.log" 2>&1
 WEFT_CUDA_GRAPHS=0 lim 120 "$W" bench --device cuda -m "$MODEL" --ctx 4096 --arms f16 --repeats 2 --gen 32 -q \
   --out "$OUT/bench_4k_nographs" > "$OUT/bench_4k_nographs.log" 2>&1
-# One decode step op by op (each op synchronised; graphs off while profiling).
+# GPU time per op of the decode steps (CUDA events; graphs off while profiling).
 seq 1 8 | tr '\n' ' ' > "$OUT/ids8.txt"
 WEFT_CUDA_PROFILE=1 lim 90 "$W" generate --device cuda -m "$MODEL" --ids-file "$OUT/ids8.txt" -n 32 --ignore-eos \
   > "$OUT/profile.log" 2>&1

@@ -8,7 +8,8 @@
 // on which other rows are in the batch or on the grid, so a sequence's results are batch- and
 // split-invariant, and run to run identical. A warp computes 4 weight rows x 8 tokens at once
 // (each weight load serves 8 tokens, each activation load 4 rows). One token (T = 1, decode) takes
-// a one-row-per-warp kernel with the same per-element order (more blocks, more bytes in flight).
+// a kernel of one or two weight rows per warp with the same per-element order (more blocks, a
+// whole row's loads in flight; WEFT_CUDA_MATVEC_ROWS=1|2, default 2).
 #pragma once
 
 #include <cuda_runtime.h>
