@@ -366,11 +366,18 @@ TEST(CudaMoeRoute, SameRoutingAsTheHost) {
 // Runs everywhere: without a GPU (or without CUDA in the build) `--device cuda` is a clear error.
 TEST(CudaDevice, CliSaysWhyWhenThereIsNoGpu) {
   if (check_device(Device::kCuda).ok()) GTEST_SKIP() << "a GPU is present";
-  std::string out;
-  const int rc = test::run_command(test::weft_binary() + " generate --device cuda -p hello -n 2 2>&1", &out);
-  EXPECT_NE(rc, 0);
-  EXPECT_NE(out.find("cuda"), std::string::npos) << out;
-  EXPECT_EQ(out.find("Segmentation"), std::string::npos) << out;
+  // Every command that runs the model takes --device (chat and serve refuse before reading stdin
+  // or binding a port).
+  const char* commands[] = {"generate --device cuda -p hello -n 2", "logits --device cuda --ids-file /dev/null -o /dev/null",
+                            "bench --device cuda --ctx 64 --repeats 1", "fidelity --device cuda",
+                            "chat --device cuda < /dev/null", "serve --device cuda --port 0"};
+  for (const char* command : commands) {
+    std::string out;
+    const int rc = test::run_command(test::weft_binary() + " " + command + " 2>&1", &out);
+    EXPECT_NE(rc, 0) << command;
+    EXPECT_NE(out.find("cuda"), std::string::npos) << command << ": " << out;
+    EXPECT_EQ(out.find("Segmentation"), std::string::npos) << command << ": " << out;
+  }
 }
 
 TEST(CudaDevice, UnknownDeviceIsAnError) {

@@ -45,8 +45,12 @@ int run_chat(int argc, char** argv) {
   app.add_flag("--no-think", no_think, "pass enable_thinking=false to the template (Qwen3 / Qwen3.5)");
   app.add_option("--threads", threads, "worker threads (0 = all cores)")->check(CLI::Range(0, 1024));
   kv.add(app);
+  std::string device;
+  add_device_flag(app, &device);
   add_ctx_max_flag(app, &ctx_max);
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
+  auto dev = resolve_device(device);
+  if (!dev.ok()) return fail(dev.status());
 
   auto kv_options = kv.resolve();
   if (!kv_options.ok()) return fail(kv_options.status());
@@ -74,6 +78,7 @@ int run_chat(int argc, char** argv) {
   for (int32_t e : tokenizer.value().eos_ids()) eos.push_back(e);
   EngineOptions eo;
   eo.threads = threads;
+  eo.device = dev.value();
   Engine engine(*model.value(), eo);
   SchedulerOptions so;
   so.parallel = 1;

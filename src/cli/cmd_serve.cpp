@@ -56,8 +56,12 @@ int run_serve(int argc, char** argv) {
                  "testing: chat replies are these texts (in turn) instead of sampled tokens; the model still runs")
       ->group("Testing");
   kv.add(app);
+  std::string device;
+  add_device_flag(app, &device);
   add_ctx_max_flag(app, &ctx_max);
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
+  auto dev = resolve_device(device);
+  if (!dev.ok()) return fail(dev.status());
 
   auto kv_options = kv.resolve();
   if (!kv_options.ok()) return fail(kv_options.status());
@@ -100,6 +104,7 @@ int run_serve(int argc, char** argv) {
 
   EngineOptions eo;
   eo.threads = threads;
+  eo.device = dev.value();
   Engine engine(*model.value(), eo);
   Scheduler scheduler(engine, &tokenizer.value(), eos, sched);
   server::HttpServer http(scheduler, tokenizer.value(), chat_template ? &*chat_template : nullptr, defaults.value(), so);
