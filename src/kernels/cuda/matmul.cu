@@ -280,11 +280,14 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
 }
 
 // Whether the dense one-token products prefetch their weights into L2 before waiting on their
-// predecessor (WEFT_CUDA_PREFETCH=0 turns it off; default on). Same bits either way. Read once.
+// predecessor: off by default, WEFT_CUDA_PREFETCH=1 turns it on. Measured slower (with PDL, 40-layer
+// geometry at depth 4096: 209.5 tok/s with it, 216.9 without; docs/results.md §10), probably
+// because the early requests compete with the running product's own loads. Same bits either way.
+// Read once.
 bool matvec_prefetch() {
   static const bool on = [] {
     const char* e = std::getenv("WEFT_CUDA_PREFETCH");
-    return !(e && std::string(e) == "0");
+    return e && std::string(e) == "1";
   }();
   return on;
 }
