@@ -270,6 +270,33 @@ TEST_P(CudaBackendTest, FusedLaunchesEqualSeparateKernels) {
   EXPECT_TRUE(same_bits(separate, fused));
 }
 
+// Programmatic dependent launch (kernels scheduled while their predecessor finishes, weights
+// prefetched into L2 before the wait) changes when kernels run, never what they compute: decode
+// steps (eager, captured and replayed) and a 4-row verify give the bits of plain launches
+// (WEFT_CUDA_PDL=0). A kernel that read its predecessor's output before the wait would race here.
+TEST_P(CudaBackendTest, DependentLaunchesEqualPlainLaunches) {
+  const int64_t V = model_->config().vocab_size;
+  const std::vector<int32_t> prompt = random_prompt(45, V, 41), steps = random_prompt(6, V, 42),
+                             draft = random_prompt(4, V, 43);
+  auto decode_and_verify = [&] {
+    std::vector<float> out = run(*model_, options(Device::kCuda), prompt, steps);
+    Session s(*model_, options(Device::kCuda));
+    EXPECT_TRUE(s.feed(prompt.data(), int64_t(prompt.size()), nullptr, nullptr).ok());
+    for (int i = 0; i < 3; ++i) {
+      std::vector<float> v(draft.size() * size_t(V));
+      EXPECT_TRUE(s.verify(draft.data(), int64_t(draft.size()), v.data()).ok());
+      out.insert(out.end(), v.begin(), v.end());
+    }
+    return out;
+  };
+  ASSERT_EQ(setenv("WEFT_CUDA_PDL", "0", 1), 0);
+  const std::vector<float> plain = decode_and_verify();
+  ASSERT_EQ(setenv("WEFT_CUDA_PDL", "1", 1), 0);
+  const std::vector<float> dependent = decode_and_verify();
+  unsetenv("WEFT_CUDA_PDL");
+  EXPECT_TRUE(same_bits(plain, dependent));
+}
+
 INSTANTIATE_TEST_SUITE_P(All, CudaBackendTest,
                          ::testing::Values("qwen35_dense", "qwen35_moe_hd256", "qwen35_moe_experts_f16",
                                            "qwen35_vl_tied_sharded", "qwen3next_moe", "qwen3_tied_f16", "llama_f32",

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Issue 11's end-to-end decode, one GPU-machine call: build, the CUDA tests, then the 40-layer
 # Qwen3.5-35B-A3B geometry (64 experts: the same bytes per token as 256) at depth 4096 with the
-# fused decode launches (default) and without (WEFT_CUDA_FUSE=0) side by side, and the per-op GPU
-# time of one decode step both ways (WEFT_CUDA_PROFILE=1: CUDA events, graphs off, decode steps
-# only). Logs and reports land in $OUT (and $OUT/e2e.tar.gz); the summary goes to stdout.
+# fused decode launches (default) and without (WEFT_CUDA_FUSE=0), with programmatic dependent
+# launch (default) and without (WEFT_CUDA_PDL=0), and with the L2 weight prefetch
+# (WEFT_CUDA_PREFETCH=1; off by default) side by side, and the per-op GPU time of one decode
+# step (WEFT_CUDA_PROFILE=1: CUDA events, graphs off, decode steps only; PROFILE_UNFUSED=1 also
+# unfused). Logs and reports land in $OUT (and $OUT/e2e.tar.gz); the summary goes to stdout.
 #
-#   bash tools/gpu/bench-e2e.sh [--no-tests]     (FULL=1: also the 256-expert geometry at 4096)
+#   bash tools/gpu/bench-e2e.sh [--no-tests]     (FULL=1: also the 256-expert geometry at 4096;
+#   FULL_PLAIN=1: that with plain launches too; UNFUSED=0 / ROWS1=1: skip / add those arms)
 set -u
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -27,14 +30,21 @@ if [ "${1:-}" != "--no-tests" ]; then
   # The same tests with one weight row per warp in the one-token products (WEFT_CUDA_MATVEC_ROWS=1).
   WEFT_CUDA_MATVEC_ROWS=1 lim 240 "$BUILD/backend_cuda_test" --gtest_color=no > "$OUT/backend_cuda_test_rows1.log" 2>&1
   grep -E '^\[  (PASSED|FAILED) ' "$OUT/backend_cuda_test_rows1.log" | sort -u | head -30
+  # And with plain launches throughout (WEFT_CUDA_PDL=0).
+  WEFT_CUDA_PDL=0 lim 240 "$BUILD/backend_cuda_test" --gtest_color=no > "$OUT/backend_cuda_test_nopdl.log" 2>&1
+  grep -E '^\[  (PASSED|FAILED) ' "$OUT/backend_cuda_test_nopdl.log" | sort -u | head -30
 fi
 wait
 tail -2 "$OUT/synth.log" 2>/dev/null
 
 B="bench --device cuda -m $MODEL --ctx 4096 --gen 32 -q"
 WEFT_CUDA_GRAPH_STATS=1 lim 150 "$W" $B --arms f16,q8_0 --repeats 3 --energy --out "$OUT/bench_4k" > "$OUT/bench_4k.log" 2>&1
-WEFT_CUDA_FUSE=0 lim 100 "$W" $B --arms f16 --repeats 3 --energy --out "$OUT/bench_4k_unfused" > "$OUT/bench_4k_unfused.log" 2>&1
-WEFT_CUDA_MATVEC_ROWS=1 lim 100 "$W" $B --arms f16 --repeats 3 --energy --out "$OUT/bench_4k_rows1" > "$OUT/bench_4k_rows1.log" 2>&1
+[ "${UNFUSED:-1}" = 1 ] && WEFT_CUDA_FUSE=0 lim 100 "$W" $B --arms f16 --repeats 3 --energy --out "$OUT/bench_4k_unfused" \
+  > "$OUT/bench_4k_unfused.log" 2>&1
+WEFT_CUDA_PDL=0 lim 100 "$W" $B --arms f16 --repeats 3 --energy --out "$OUT/bench_4k_nopdl" > "$OUT/bench_4k_nopdl.log" 2>&1
+WEFT_CUDA_PREFETCH=1 lim 100 "$W" $B --arms f16 --repeats 3 --energy --out "$OUT/bench_4k_pf" > "$OUT/bench_4k_pf.log" 2>&1
+[ "${ROWS1:-0}" = 1 ] && WEFT_CUDA_MATVEC_ROWS=1 lim 100 "$W" $B --arms f16 --repeats 3 --energy --out "$OUT/bench_4k_rows1" \
+  > "$OUT/bench_4k_rows1.log" 2>&1
 WEFT_CUDA_PROFILE=1 lim 80 "$W" bench --device cuda -m "$MODEL" --ctx 4096 --gen 16 -q --arms f16 --repeats 1 \
   > "$OUT/profile.log" 2>&1
 [ "${PROFILE_UNFUSED:-1}" = 1 ] && WEFT_CUDA_FUSE=0 WEFT_CUDA_PROFILE=1 lim 80 "$W" bench --device cuda -m "$MODEL" --ctx 4096 --gen 16 -q --arms f16 \
@@ -57,8 +67,11 @@ if [ "${FULL:-0}" = 1 ]; then
   lim "${FULL_S:-200}" "$W" bench --device cuda --synthetic qwen3.5-35b-a3b --ctx 4096 --arms f16,q8_0 --repeats 2 \
     --gen 32 --energy -q --out "$OUT/bench_full" > "$OUT/bench_full.log" 2>&1
   tail -3 "$OUT/bench_full.log"
+  [ "${FULL_PLAIN:-0}" = 1 ] && WEFT_CUDA_PDL=0 lim "${FULL_S:-200}" "$W" bench --device cuda \
+    --synthetic qwen3.5-35b-a3b --ctx 4096 --arms f16 --repeats 2 --gen 32 --energy -q --out "$OUT/bench_full_plain" \
+    > "$OUT/bench_full_plain.log" 2>&1
 fi
-for f in bench_4k bench_4k_unfused bench_4k_rows1 bench_full; do
+for f in bench_4k bench_4k_nopdl bench_4k_pf bench_4k_unfused bench_4k_rows1 bench_full bench_full_plain; do
   [ -f "$OUT/$f/report.md" ] && { echo "### $f"; grep -E "decode|tok/s|^\|" "$OUT/$f/report.md" | head -20; }
 done
 grep "weft cuda graphs" "$OUT/bench_4k.log" | sort | uniq -c

@@ -176,6 +176,7 @@ class CudaBackend final : public Backend {
     graphs_on_ = !profile_.on && !(graphs && std::string(graphs) == "0");
     const char* fuse = std::getenv("WEFT_CUDA_FUSE");
     fuse_on_ = !(fuse && std::string(fuse) == "0");
+    cuda::set_pdl_enabled(cuda::pdl_enabled_by_env());  // WEFT_CUDA_PDL=0: plain launches
     WEFT_CUDA_CHECK(cudaSetDevice(0));
     WEFT_CUDA_CHECK(cudaStreamCreate(&stream_));
     recorder_ = std::make_unique<GraphRecorder>(stream_);

@@ -11,6 +11,7 @@ namespace {
 // One block per row; thread loops over the per-key-head groups.
 __global__ void gdn_unpack_kernel(const float* qkvz, const float* ba, int64_t nk, int64_t nv, int64_t dk, int64_t dv,
                                   float* mixed, float* z, float* b, float* a) {
+  pdl_begin_early();
   const int64_t t = blockIdx.x, r = nv / nk, group = 2 * dk + 2 * r * dv;
   const int64_t key_dim = nk * dk, value_dim = nv * dv, conv_dim = 2 * key_dim + value_dim;
   for (int64_t idx = threadIdx.x; idx < nk * group; idx += blockDim.x) {
@@ -58,6 +59,7 @@ struct ConvChannel {
 };
 
 __global__ void causal_conv_kernel(float* x, int64_t T, int64_t channels, const float* w, int kernel, float* state) {
+  pdl_begin_early();
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= channels) return;
   ConvChannel ch;
@@ -74,6 +76,7 @@ __device__ __forceinline__ void gate_terms(const GdnPrepArgs& a, int64_t t, int6
 
 // One block per row: the q/k heads' l2 norms (double, block_sum order per head), β and g.
 __global__ void gdn_prep_kernel(GdnPrepArgs a, float q_scale) {
+  pdl_begin_early();
   const int64_t t = blockIdx.x, key_dim = a.n_k * a.dk;
   for (int64_t h = 0; h < 2 * a.n_k; ++h) {
     float* x = a.mixed + t * a.conv_dim + (h < a.n_k ? h * a.dk : key_dim + (h - a.n_k) * a.dk);
@@ -97,6 +100,7 @@ __global__ void gdn_prep_kernel(GdnPrepArgs a, float q_scale) {
 constexpr int kConvPrepThreads = 128;
 __global__ void __launch_bounds__(kConvPrepThreads)
     conv_prep_kernel(const float* w, int kernel, float* state, GdnPrepArgs a, float q_scale) {
+  pdl_begin_early();
   const int64_t b = blockIdx.x, n_qk = 2 * a.n_k, channels = a.conv_dim, T = a.rows;
   const int64_t v0 = n_qk * a.dk, n_vblocks = (channels - v0 + kConvPrepThreads - 1) / kConvPrepThreads;
   if (b < n_qk) {
@@ -131,6 +135,7 @@ __global__ void __launch_bounds__(kConvPrepThreads)
 constexpr int kGatedNormThreads = 128;
 template <int DK, bool NORM>
 __global__ void gdn_recurrence_kernel(GdnRecurrentArgs a, GatedNormArgs nw) {
+  pdl_begin_early();
   extern __shared__ float qk[];  // [2, dk]: this token's q and k of the head's key head
   const int64_t j = blockIdx.x, c = int64_t(blockIdx.y) * blockDim.x + threadIdx.x, dk = DK > 0 ? DK : a.dk, dv = a.dv;
   const int64_t kh = j / (a.n_v / a.n_k);
@@ -201,7 +206,7 @@ __global__ void gdn_recurrence_kernel(GdnRecurrentArgs a, GatedNormArgs nw) {
 void gdn_unpack(const float* qkvz, const float* ba, int64_t rows, int64_t n_k, int64_t n_v, int64_t dk, int64_t dv,
                 float* mixed, float* z, float* b, float* a, cudaStream_t stream) {
   if (rows == 0) return;
-  gdn_unpack_kernel<<<unsigned(rows), 256, 0, stream>>>(qkvz, ba, n_k, n_v, dk, dv, mixed, z, b, a);
+  launch_pdl(gdn_unpack_kernel, unsigned(rows), 256, 0, stream, qkvz, ba, n_k, n_v, dk, dv, mixed, z, b, a);
   WEFT_CUDA_LAUNCHED();
 }
 
@@ -210,14 +215,14 @@ void causal_conv(float* x, int64_t T, int64_t channels, const float* w, int64_t 
   if (kernel < 1 || kernel > kMaxConvKernel)
     throw std::runtime_error("CUDA causal conv supports kernel sizes 1..8, got " + std::to_string(kernel));
   if (T == 0) return;
-  causal_conv_kernel<<<blocks_for(channels, 128), 128, 0, stream>>>(x, T, channels, w, int(kernel), conv_state);
+  launch_pdl(causal_conv_kernel, blocks_for(channels, 128), 128, 0, stream, x, T, channels, w, int(kernel), conv_state);
   WEFT_CUDA_LAUNCHED();
 }
 
 void gdn_prep(const GdnPrepArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return;
   const float q_scale = 1.0f / std::sqrt(float(a.dk));
-  gdn_prep_kernel<<<unsigned(a.rows), 128, 0, stream>>>(a, q_scale);
+  launch_pdl(gdn_prep_kernel, unsigned(a.rows), 128, 0, stream, a, q_scale);
   WEFT_CUDA_LAUNCHED();
 }
 
@@ -230,7 +235,7 @@ void causal_conv_prep(const float* w, int64_t kernel, float* conv_state, const G
   if (a.rows == 0) return;
   const float q_scale = 1.0f / std::sqrt(float(a.dk));
   const int64_t v0 = 2 * a.n_k * a.dk, blocks = 2 * a.n_k + (a.conv_dim - v0 + kConvPrepThreads - 1) / kConvPrepThreads + 1;
-  conv_prep_kernel<<<unsigned(blocks), kConvPrepThreads, 0, stream>>>(w, int(kernel), conv_state, a, q_scale);
+  launch_pdl(conv_prep_kernel, unsigned(blocks), kConvPrepThreads, 0, stream, w, int(kernel), conv_state, a, q_scale);
   WEFT_CUDA_LAUNCHED();
 }
 
@@ -243,10 +248,10 @@ void gdn_recurrence(const GdnRecurrentArgs& a, cudaStream_t stream) {
   const dim3 grid(unsigned(a.n_v), unsigned((a.dv + 31) / 32));
   const size_t smem = size_t(2 * a.dk) * sizeof(float);
   const GatedNormArgs none{};
-  if (a.dk == 128) gdn_recurrence_kernel<128, false><<<grid, threads, smem, stream>>>(a, none);
-  else if (a.dk == 64) gdn_recurrence_kernel<64, false><<<grid, threads, smem, stream>>>(a, none);
-  else if (a.dk == 32) gdn_recurrence_kernel<32, false><<<grid, threads, smem, stream>>>(a, none);
-  else gdn_recurrence_kernel<0, false><<<grid, threads, smem, stream>>>(a, none);
+  if (a.dk == 128) launch_pdl(gdn_recurrence_kernel<128, false>, grid, threads, smem, stream, a, none);
+  else if (a.dk == 64) launch_pdl(gdn_recurrence_kernel<64, false>, grid, threads, smem, stream, a, none);
+  else if (a.dk == 32) launch_pdl(gdn_recurrence_kernel<32, false>, grid, threads, smem, stream, a, none);
+  else launch_pdl(gdn_recurrence_kernel<0, false>, grid, threads, smem, stream, a, none);
   WEFT_CUDA_LAUNCHED();
 }
 
@@ -257,10 +262,10 @@ void gdn_recurrence_norm(const GdnRecurrentArgs& a, const GatedNormArgs& nw, cud
   if (a.T == 0) return;
   const size_t smem = size_t(2 * a.dk) * sizeof(float);
   const unsigned grid = unsigned(a.n_v), threads = kGatedNormThreads;
-  if (a.dk == 128) gdn_recurrence_kernel<128, true><<<grid, threads, smem, stream>>>(a, nw);
-  else if (a.dk == 64) gdn_recurrence_kernel<64, true><<<grid, threads, smem, stream>>>(a, nw);
-  else if (a.dk == 32) gdn_recurrence_kernel<32, true><<<grid, threads, smem, stream>>>(a, nw);
-  else gdn_recurrence_kernel<0, true><<<grid, threads, smem, stream>>>(a, nw);
+  if (a.dk == 128) launch_pdl(gdn_recurrence_kernel<128, true>, grid, threads, smem, stream, a, nw);
+  else if (a.dk == 64) launch_pdl(gdn_recurrence_kernel<64, true>, grid, threads, smem, stream, a, nw);
+  else if (a.dk == 32) launch_pdl(gdn_recurrence_kernel<32, true>, grid, threads, smem, stream, a, nw);
+  else launch_pdl(gdn_recurrence_kernel<0, true>, grid, threads, smem, stream, a, nw);
   WEFT_CUDA_LAUNCHED();
 }
 

@@ -215,6 +215,7 @@ __device__ __forceinline__ float matvec_row(const uint8_t* row, int64_t K, const
 template <DType D>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
     matvec_kernel(const uint8_t* w, size_t row_bytes, int64_t N, int64_t K, const float* x, float* y) {
+  pdl_begin();
   const int64_t n = int64_t(blockIdx.x) * kMatvecWarps + threadIdx.x / 32;
   if (n >= N) return;
   const float v = matvec_row<D>(w + size_t(n) * row_bytes, K, x, threadIdx.x % 32);
@@ -240,27 +241,55 @@ __device__ __forceinline__ void stage_swiglu(float* xs, const float* x, const fl
   __syncthreads();
 }
 
+// The weight lines of a warp's rows into L2 (lane l: lines l, l + 32, ...): issued before
+// pdl_begin's wait, they move while the previous kernel finishes (weights never change on the
+// stream, so reading them early is safe); the loads after the wait then find them in L2.
+template <DType D, int R>
+__device__ __forceinline__ void prefetch_rows(const uint8_t* const* rows, int n_rows, int64_t K, int lane) {
+  const int64_t bytes = K * int64_t(D == DType::kF32 ? 4 : 2);
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    if (r < n_rows)
+      for (int64_t off = int64_t(lane) * 128; off < bytes; off += 32 * 128) prefetch_l2(rows[r] + off);
+}
+
 template <DType D, int SW, int R>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
-    matvec_multi_kernel(MatvecJobs jobs, MatvecBlocks blocks, int64_t K, const float* x, const float* up) {
+    matvec_multi_kernel(MatvecJobs jobs, MatvecBlocks blocks, int64_t K, const float* x, const float* up,
+                        bool prefetch) {
   extern __shared__ float4 staged4[];
-  if constexpr (SW == kSwigluStaged) {
-    stage_swiglu(reinterpret_cast<float*>(staged4), x, up, K);
-    x = reinterpret_cast<const float*>(staged4);
-  }
   int j = 0;
   while (j + 1 < jobs.n && int(blockIdx.x) >= blocks.begin[j + 1]) ++j;
   const int64_t n0 = (int64_t(int(blockIdx.x) - blocks.begin[j]) * kMatvecWarps + threadIdx.x / 32) * R;
-  if (n0 >= jobs.N[j]) return;
-  const int n_rows = int(jobs.N[j] - n0 < R ? jobs.N[j] - n0 : R);
+  const int n_rows = n0 >= jobs.N[j] ? 0 : int(jobs.N[j] - n0 < R ? jobs.N[j] - n0 : R);
   const uint8_t* rows[R];
 #pragma unroll
   for (int r = 0; r < R; ++r)
     rows[r] = static_cast<const uint8_t*>(jobs.w[j]) + size_t(n0 + (r < n_rows ? r : 0)) * jobs.row_bytes[j];
+  if (prefetch) prefetch_rows<D, R>(rows, n_rows, K, threadIdx.x % 32);
+  pdl_begin();
+  if constexpr (SW == kSwigluStaged) {
+    stage_swiglu(reinterpret_cast<float*>(staged4), x, up, K);
+    x = reinterpret_cast<const float*>(staged4);
+  }
+  if (n_rows == 0) return;
   float v[R];
   matvec_rows<D, SW == kSwigluDirect, R>(rows, n_rows, K, x, threadIdx.x % 32, up, v);
   if (threadIdx.x % 32 == 0)
     for (int r = 0; r < n_rows; ++r) jobs.y[j][n0 + r] = v[r];
+}
+
+// Whether the dense one-token products prefetch their weights into L2 before waiting on their
+// predecessor: off by default, WEFT_CUDA_PREFETCH=1 turns it on. Measured slower (with PDL, 40-layer
+// geometry at depth 4096: 209.5 tok/s with it, 216.9 without; docs/results.md §10), probably
+// because the early requests compete with the running product's own loads. Same bits either way.
+// Read once.
+bool matvec_prefetch() {
+  static const bool on = [] {
+    const char* e = std::getenv("WEFT_CUDA_PREFETCH");
+    return e && std::string(e) == "1";
+  }();
+  return on;
 }
 
 // Rows per warp of the one-token products (matvec_multi, the one-row expert products): 2 (each
@@ -284,6 +313,7 @@ template <DType D, int SW, int R>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
     expert_matvec_kernel(const ExpertMatmulJob* jobs, const int32_t* expert_begin, const int32_t* tile_expert,
                          const int32_t* n_tiles) {
+  pdl_begin();
   extern __shared__ float4 staged4[];
   const int nt = *n_tiles, e = tile_expert[blockIdx.y];
   const ExpertMatmulJob j = jobs[blockIdx.z];
@@ -313,6 +343,7 @@ template <DType D, bool VEC>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     matmul_kernel(const uint8_t* w, size_t row_bytes, int64_t N, int64_t K, const float* x, int64_t ldx, int64_t T,
                   float* y, int64_t ldy) {
+  pdl_begin();
   matmul_tile<D, VEC>(w, row_bytes, N, K, x, ldx, T, y, ldy, blockIdx.x, blockIdx.y);
 }
 
@@ -321,6 +352,7 @@ template <DType D, bool VEC>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     expert_matmul_kernel(const ExpertMatmulJob* jobs, const int32_t* expert_begin, const int32_t* tile_expert,
                          const int32_t* tile_t0, const int32_t* n_tiles) {
+  pdl_begin();
   if (int(blockIdx.y) >= *n_tiles) return;
   const ExpertMatmulJob& j = jobs[blockIdx.z];
   const int e = tile_expert[blockIdx.y];
@@ -337,9 +369,9 @@ void launch(const void* w, size_t row_bytes, int64_t N, int64_t K, const float* 
   const dim3 grid(blocks_for(N, kWarpsPerBlock * kRowsPerWarp), unsigned((T + kTokensPerPass - 1) / kTokensPerPass));
   const bool vec = matmul_vec_ok(w, row_bytes, K, x, ldx);
   const uint8_t* wb = static_cast<const uint8_t*>(w);
-  if (vec && T == 1) matvec_kernel<D><<<blocks_for(N, kMatvecWarps), kMatvecWarps * 32, 0, stream>>>(wb, row_bytes, N, K, x, y);
-  else if (vec) matmul_kernel<D, true><<<grid, kWarpsPerBlock * 32, 0, stream>>>(wb, row_bytes, N, K, x, ldx, T, y, ldy);
-  else matmul_kernel<D, false><<<grid, kWarpsPerBlock * 32, 0, stream>>>(wb, row_bytes, N, K, x, ldx, T, y, ldy);
+  if (vec && T == 1) launch_pdl(matvec_kernel<D>, blocks_for(N, kMatvecWarps), kMatvecWarps * 32, 0, stream, wb, row_bytes, N, K, x, y);
+  else if (vec) launch_pdl(matmul_kernel<D, true>, grid, kWarpsPerBlock * 32, 0, stream, wb, row_bytes, N, K, x, ldx, T, y, ldy);
+  else launch_pdl(matmul_kernel<D, false>, grid, kWarpsPerBlock * 32, 0, stream, wb, row_bytes, N, K, x, ldx, T, y, ldy);
   WEFT_CUDA_LAUNCHED();
 }
 
@@ -364,9 +396,9 @@ void expert_matmul(DType dtype, const ExpertMatmulJob* jobs, int64_t n_jobs, int
     const SwigluMode mode = swiglu_mode(swiglu, swiglu_k);
     const size_t smem = mode == kSwigluStaged ? size_t(swiglu_k) * sizeof(float) : 0;
 #define WEFT_EXPERT_VEC_R(D, RR)                                                                                                \
-  (mode == kSwigluStaged   ? expert_matvec_kernel<D, kSwigluStaged, RR><<<g, kMatvecWarps * 32, smem, stream>>>(jobs, expert_begin, tile_expert, n_tiles) \
-   : mode == kSwigluDirect ? expert_matvec_kernel<D, kSwigluDirect, RR><<<g, kMatvecWarps * 32, 0, stream>>>(jobs, expert_begin, tile_expert, n_tiles) \
-                           : expert_matvec_kernel<D, kPlain, RR><<<g, kMatvecWarps * 32, 0, stream>>>(jobs, expert_begin, tile_expert, n_tiles))
+  (mode == kSwigluStaged   ? launch_pdl(expert_matvec_kernel<D, kSwigluStaged, RR>, g, kMatvecWarps * 32, smem, stream, jobs, expert_begin, tile_expert, n_tiles) \
+   : mode == kSwigluDirect ? launch_pdl(expert_matvec_kernel<D, kSwigluDirect, RR>, g, kMatvecWarps * 32, 0, stream, jobs, expert_begin, tile_expert, n_tiles) \
+                           : launch_pdl(expert_matvec_kernel<D, kPlain, RR>, g, kMatvecWarps * 32, 0, stream, jobs, expert_begin, tile_expert, n_tiles))
 #define WEFT_EXPERT_VEC(D) (R == 2 ? WEFT_EXPERT_VEC_R(D, 2) : WEFT_EXPERT_VEC_R(D, 1))
     switch (dtype) {
       case DType::kF32: WEFT_EXPERT_VEC(DType::kF32); break;
@@ -382,8 +414,8 @@ void expert_matmul(DType dtype, const ExpertMatmulJob* jobs, int64_t n_jobs, int
   const dim3 grid(blocks_for(max_N, kWarpsPerBlock * kRowsPerWarp), unsigned(max_tiles), unsigned(n_jobs));
   const unsigned threads = kWarpsPerBlock * 32;
 #define WEFT_EXPERT(D)                                                                                       \
-  (vec ? expert_matmul_kernel<D, true><<<grid, threads, 0, stream>>>(jobs, expert_begin, tile_expert, tile_t0, n_tiles) \
-       : expert_matmul_kernel<D, false><<<grid, threads, 0, stream>>>(jobs, expert_begin, tile_expert, tile_t0, n_tiles))
+  (vec ? launch_pdl(expert_matmul_kernel<D, true>, grid, threads, 0, stream, jobs, expert_begin, tile_expert, tile_t0, n_tiles) \
+       : launch_pdl(expert_matmul_kernel<D, false>, grid, threads, 0, stream, jobs, expert_begin, tile_expert, tile_t0, n_tiles))
   switch (dtype) {
     case DType::kF32: WEFT_EXPERT(DType::kF32); break;
     case DType::kF16: WEFT_EXPERT(DType::kF16); break;
@@ -403,11 +435,12 @@ void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x
   const unsigned grid = unsigned(blocks.begin[jobs.n]), threads = kMatvecWarps * 32;
   const SwigluMode mode = swiglu_mode(up != nullptr, K);
   const size_t smem = mode == kSwigluStaged ? size_t(K) * sizeof(float) : 0;
+  const bool pf = matvec_prefetch();
   switch (dtype) {
 #define WEFT_MATVEC_R(D, RR)                                                                                          \
-  (mode == kSwigluStaged   ? matvec_multi_kernel<D, kSwigluStaged, RR><<<grid, threads, smem, stream>>>(jobs, blocks, K, x, up) \
-   : mode == kSwigluDirect ? matvec_multi_kernel<D, kSwigluDirect, RR><<<grid, threads, 0, stream>>>(jobs, blocks, K, x, up) \
-                           : matvec_multi_kernel<D, kPlain, RR><<<grid, threads, 0, stream>>>(jobs, blocks, K, x, nullptr))
+  (mode == kSwigluStaged   ? launch_pdl(matvec_multi_kernel<D, kSwigluStaged, RR>, grid, threads, smem, stream, jobs, blocks, K, x, up, pf) \
+   : mode == kSwigluDirect ? launch_pdl(matvec_multi_kernel<D, kSwigluDirect, RR>, grid, threads, 0, stream, jobs, blocks, K, x, up, pf) \
+                           : launch_pdl(matvec_multi_kernel<D, kPlain, RR>, grid, threads, 0, stream, jobs, blocks, K, x, nullptr, pf))
 #define WEFT_MATVEC(D) (R == 2 ? WEFT_MATVEC_R(D, 2) : WEFT_MATVEC_R(D, 1))
     case DType::kF32: WEFT_MATVEC(DType::kF32); break;
     case DType::kF16: WEFT_MATVEC(DType::kF16); break;

@@ -8,6 +8,7 @@ namespace weft::cuda {
 namespace {
 
 __global__ void moe_gather_kernel(const int32_t* sorted_slot, int64_t k, const float* x, int64_t width, float* dst) {
+  pdl_begin_early();
   const int64_t i = blockIdx.x;
   const float* src = x + (sorted_slot[i] / k) * width;
   for (int64_t h = threadIdx.x; h < width; h += blockDim.x) dst[i * width + h] = src[h];
@@ -17,6 +18,7 @@ constexpr int kMaxK = 64;
 
 __global__ void moe_combine_kernel(const int32_t* slot_expert, const float* slot_weight, const int32_t* slot_pos,
                                    int64_t k, const float* out, int64_t width, float* y) {
+  pdl_begin_early();
   const int64_t t = blockIdx.x;
   __shared__ int32_t order[kMaxK];  // every block of the row sorts its k slots (k is small)
   if (threadIdx.x == 0) {
@@ -44,7 +46,7 @@ __global__ void moe_combine_kernel(const int32_t* slot_expert, const float* slot
 void moe_gather(const int32_t* sorted_slot, int64_t n_slots, int64_t k, const float* x, int64_t width, float* dst,
                 cudaStream_t stream) {
   if (n_slots == 0) return;
-  moe_gather_kernel<<<unsigned(n_slots), 256, 0, stream>>>(sorted_slot, k, x, width, dst);
+  launch_pdl(moe_gather_kernel, unsigned(n_slots), 256, 0, stream, sorted_slot, k, x, width, dst);
   WEFT_CUDA_LAUNCHED();
 }
 
@@ -55,7 +57,7 @@ void moe_combine(const int32_t* slot_expert, const float* slot_weight, const int
   // Columns spread over blocks as well (a decode row is one row: one block would leave the read of
   // its k expert outputs to one SM); each element's sum is the same whatever the grid.
   const dim3 grid(unsigned(rows), std::min(blocks_for(width, 256), 16u));
-  moe_combine_kernel<<<grid, 256, 0, stream>>>(slot_expert, slot_weight, slot_pos, k, out, width, y);
+  launch_pdl(moe_combine_kernel, grid, 256, 0, stream, slot_expert, slot_weight, slot_pos, k, out, width, y);
   WEFT_CUDA_LAUNCHED();
 }
 

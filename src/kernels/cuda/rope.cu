@@ -8,6 +8,7 @@ namespace {
 
 __global__ void rope_tables_kernel(const int64_t* positions, int64_t rows, const float* inv_freq, int64_t half,
                                    float* cs, float* sn) {
+  pdl_begin_early();
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= rows * half) return;
   const int64_t t = idx / half, i = idx % half;
@@ -18,6 +19,7 @@ __global__ void rope_tables_kernel(const int64_t* positions, int64_t rows, const
 
 // Block (t, h): h < n_heads is query head h, else KV head h - n_heads. hd values in shared memory.
 __global__ void attention_prep_kernel(AttentionPrepArgs a) {
+  pdl_begin_early();
   extern __shared__ float head[];
   const int64_t t = blockIdx.x, h = blockIdx.y, nh = a.n_heads, nkv = a.n_kv, hd = a.head_dim;
   const int64_t half = a.rotary_dim / 2;
@@ -67,14 +69,14 @@ __global__ void attention_prep_kernel(AttentionPrepArgs a) {
 void rope_tables(const int64_t* positions, int64_t rows, const float* inv_freq, int64_t half, float* cos, float* sin,
                  cudaStream_t stream) {
   if (rows * half == 0) return;
-  rope_tables_kernel<<<blocks_for(rows * half, 256), 256, 0, stream>>>(positions, rows, inv_freq, half, cos, sin);
+  launch_pdl(rope_tables_kernel, blocks_for(rows * half, 256), 256, 0, stream, positions, rows, inv_freq, half, cos, sin);
   WEFT_CUDA_LAUNCHED();
 }
 
 void attention_prep(const AttentionPrepArgs& a, cudaStream_t stream) {
   if (a.rows == 0) return;
   const dim3 grid(unsigned(a.rows), unsigned(a.n_heads + a.n_kv));
-  attention_prep_kernel<<<grid, 128, size_t(a.head_dim) * sizeof(float), stream>>>(a);
+  launch_pdl(attention_prep_kernel, grid, 128, size_t(a.head_dim) * sizeof(float), stream, a);
   WEFT_CUDA_LAUNCHED();
   // --kv-rotate: H·q and H·k (scores unchanged), H·v; after norm and RoPE, as on the CPU.
   if (a.rotate_k) {
