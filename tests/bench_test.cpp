@@ -423,3 +423,42 @@ TEST(BenchCli, UsageErrors) {
 
 }  // namespace
 }  // namespace weft
+
+namespace weft::lab {
+namespace {
+
+// A window shorter than 20 ticks of the energy counter is printed as "cannot resolve", longer
+// ones as a J/token figure; JSON says which.
+TEST(BenchEnergy, ShortWindowsCannotResolveTheCounter) {
+  BenchResult r;
+  r.options.energy = true;
+  r.options.gen = 32;
+  r.energy_status = "nvml";
+  DepthResult d;
+  d.ctx = 4096;
+  BenchArmResult a;
+  a.type = DType::kF16;
+  a.tok_s = {200.0, 210.0, 205.0};  // windows of ~0.16 s
+  a.joules = {32.0, 30.0, 31.0};
+  a.tok_s_ci = median_with_ci(a.tok_s);
+  d.arms.push_back(a);
+  r.depths.push_back(d);
+
+  r.energy_tick_s = 0.05;  // 20 ticks = 1 s > 0.16 s
+  std::string md = bench_markdown(r);
+  EXPECT_NE(md.find("cannot resolve (~0.969)"), std::string::npos) << md;
+  EXPECT_NE(md.find("counter updates every 50.0 ms"), std::string::npos) << md;
+  EXPECT_EQ(bench_json(r)["depths"][0]["arms"]["f16"]["joules_resolved"], false);
+
+  r.energy_tick_s = 0.001;  // 20 ticks = 20 ms < 0.15 s
+  md = bench_markdown(r);
+  EXPECT_EQ(md.find("cannot resolve (~"), std::string::npos) << md;
+  EXPECT_NE(md.find(" 0.969 |"), std::string::npos) << md;
+  EXPECT_EQ(bench_json(r)["depths"][0]["arms"]["f16"]["joules_resolved"], true);
+
+  r.energy_tick_s = std::nan("");  // never measured: nothing is claimed as resolved
+  EXPECT_EQ(bench_json(r)["depths"][0]["arms"]["f16"]["joules_resolved"], false);
+}
+
+}  // namespace
+}  // namespace weft::lab

@@ -152,6 +152,7 @@ Result<BenchResult> run_bench(const Model& model, const std::string& model_name,
   if (opt.energy) {
     meter.reset(new EnergyMeter(/*gpu_used=*/opt.device == Device::kCuda));  // NVML on the GPU, RAPL on the CPU
     r.energy_status = meter->available() ? meter->source() : "unavailable: " + meter->reason();
+    r.energy_tick_s = meter->tick_seconds();
   } else {
     r.energy_status = "off";
   }

@@ -17,6 +17,7 @@
 // `arms`; when `arms` has no f16, run_bench appends one (BenchResult::baseline_added says so).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -101,6 +102,7 @@ struct BenchResult {
   DType kill_type = DType::kQ8_0;
   std::string verdict;                    // only with ceiling_only
   std::string energy_status;              // "rapl" / "nvml" / "unavailable: <reason>" / "off"
+  double energy_tick_s = std::nan("");    // the counter's measured update period (EnergyMeter)
   double wall_s = 0;
 };
 

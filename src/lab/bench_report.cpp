@@ -7,10 +7,21 @@
 #include <cstring>
 
 #include "lab/bench.h"
+#include "lab/energy.h"
 #include "lab/svg_plot.h"
 
 namespace weft::lab {
 namespace {
+
+// Whether every timed window of an arm spans enough ticks of the energy counter to resolve its
+// joules (EnergyMeter::resolves): window = gen / tok/s of that run.
+bool energy_resolved(const BenchResult& r, const BenchArmResult& a) {
+  if (!std::isfinite(r.energy_tick_s)) return false;
+  for (double t : a.tok_s)
+    if (double(r.options.gen) / t < EnergyMeter::kTicksPerWindow * r.energy_tick_s) return false;
+  return true;
+}
+
 
 std::string fmt(const char* f, double v) {
   char buf[64];
@@ -119,6 +130,7 @@ nlohmann::json bench_json(const BenchResult& r) {
         x["joules_per_run"] = nlohmann::json::array();
         for (double jl : a.joules) x["joules_per_run"].push_back(num(jl));
         x["joules_per_token"] = num(median(jt));
+        x["joules_resolved"] = energy_resolved(r, a);
       }
       e["arms"][dtype_name(a.type)] = x;
     }
@@ -153,6 +165,7 @@ nlohmann::json bench_json(const BenchResult& r) {
                {"ceiling", r.kill_ceiling}};
   j["verdict"] = r.options.ceiling_only ? nlohmann::json(r.verdict) : nlohmann::json(nullptr);
   j["energy"] = r.energy_status;
+  j["energy_counter_tick_s"] = num(r.energy_tick_s);
   j["wall_s"] = r.wall_s;
   return j;
 }
@@ -211,7 +224,9 @@ std::string bench_markdown(const BenchResult& r) {
       if (energy) {
         std::vector<double> jt;
         for (double jl : a.joules) if (std::isfinite(jl)) jt.push_back(jl / r.options.gen);
-        s += jt.empty() ? std::string(" n/a |") : fmt(" %.3f |", median(jt));
+        if (jt.empty()) s += " n/a |";
+        else if (!energy_resolved(r, a)) s += fmt(" cannot resolve (~%.3f) |", median(jt));
+        else s += fmt(" %.3f |", median(jt));
       }
       s += "\n";
     }
@@ -270,7 +285,14 @@ std::string bench_markdown(const BenchResult& r) {
   s += std::string("projected ceiling of ") + dtype_name(r.kill_type) + " at " +
        format_count(double(r.options.kill_at)) + fmt(": %.4f\n", r.kill_ceiling);
   if (r.options.ceiling_only) s += "verdict: " + r.verdict + "\n";
-  s += "energy: " + r.energy_status + "\n";
+  s += "energy: " + r.energy_status;
+  if (r.options.energy && std::isfinite(r.energy_tick_s))
+    s += fmt(" (counter updates every %.1f ms", r.energy_tick_s * 1e3) +
+         fmt("; J/token needs timed windows of >= %.0f updates, else \"cannot resolve\": raise --gen)",
+             EnergyMeter::kTicksPerWindow);
+  else if (r.options.energy && r.energy_tick_s == INFINITY)
+    s += " (the counter did not move in 0.3 s: J/token cannot be resolved)";
+  s += "\n";
   return s;
 }
 

@@ -3,6 +3,8 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -42,6 +44,7 @@ EnergyMeter::EnergyMeter(bool gpu_used) {
       return;
     }
     available_ = true;
+    measure_tick();
     return;
   }
   source_ = "rapl";
@@ -65,6 +68,37 @@ EnergyMeter::EnergyMeter(bool gpu_used) {
   }
   if (files_.empty()) { reason_ = "no intel-rapl package zone under /sys/class/powercap"; return; }
   available_ = true;
+  measure_tick();
+}
+
+void EnergyMeter::measure_tick() {
+  // Polls the counter every ~0.2 ms and takes the median interval between changes (the first
+  // change only ends a partial interval). A busy poll for at most 0.3 s, once per meter.
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  std::vector<uint64_t> last, now;
+  if (!read_all(&last)) return;
+  std::vector<double> changes;  // seconds since t0
+  while (changes.size() < 6) {
+    const double t = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (t > 0.3) break;
+    if (!read_all(&now)) return;
+    if (now != last) {
+      changes.push_back(t);
+      last = now;
+    }
+    const auto until = Clock::now() + std::chrono::microseconds(200);
+    while (Clock::now() < until) {
+    }
+  }
+  if (changes.size() < 2) {  // at most one step in 0.3 s: a tick of about the poll or longer
+    tick_s_ = changes.empty() ? INFINITY : 0.3;
+    return;
+  }
+  std::vector<double> gaps;
+  for (size_t i = 1; i < changes.size(); ++i) gaps.push_back(changes[i] - changes[i - 1]);
+  std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2, gaps.end());
+  tick_s_ = gaps[gaps.size() / 2];
 }
 
 EnergyMeter::~EnergyMeter() {

@@ -3,6 +3,7 @@
 // invents a number.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -28,11 +29,23 @@ class EnergyMeter {
   void begin();
   double end();
 
+  // How often the counter's value changes, measured once (at construction) by polling it for up
+  // to 0.3 s: NVML's energy counter moves in steps of tens of milliseconds on some GPUs, so a
+  // decode window of a few such steps cannot resolve its energy (a window's count is off by up to
+  // one step at each end). NaN when unavailable, +inf when it did not move within the poll.
+  double tick_seconds() const { return tick_s_; }
+  // Whether a window of `seconds` resolves its energy to about 10% (>= 20 ticks: one tick of
+  // quantization at each end).
+  bool resolves(double seconds) const { return std::isfinite(tick_s_) && seconds >= kTicksPerWindow * tick_s_; }
+  static constexpr double kTicksPerWindow = 20;
+
  private:
   bool read_all(std::vector<uint64_t>* out) const;
+  void measure_tick();
 
   bool available_ = false;
   std::string source_, reason_;
+  double tick_s_ = std::nan("");
   // RAPL: one energy_uj file per package zone, with its wrap range.
   std::vector<std::string> files_;
   std::vector<uint64_t> ranges_, start_;
