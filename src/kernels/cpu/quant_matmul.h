@@ -66,6 +66,17 @@ void quant_matmul_avx2(GgmlType wtype, const void* w, int64_t N, int64_t K, cons
 void quant_matmul_avx512(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
                          int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool);
 
+// The same product in two steps, for callers that multiply one set of activations by several
+// block-quantized matrices (the grouped expert path: every row task of every expert, and gate and
+// up, share a token's activations): quantize_activation_rows writes T rows of
+// quant_activation_row_bytes(wtype, K) bytes (the bytes every path uses: quantize_activations),
+// and quant_matmul_quantized multiplies them, giving exactly quant_matmul's outputs. wtype must
+// be a block type.
+size_t quant_activation_row_bytes(GgmlType wtype, int64_t K);
+void quantize_activation_rows(GgmlType wtype, const float* x, int64_t ldx, int64_t T, int64_t K, uint8_t* dst);
+void quant_matmul_quantized(GgmlType wtype, const void* w, int64_t N, int64_t K, const uint8_t* xq, int64_t T,
+                            float* out, int64_t ldo, ThreadPool* pool);
+
 // The activation block type a weight type is multiplied against (q8_0 or q8_K).
 GgmlType activation_type(GgmlType wtype);
 // Quantizes K activations into activation_type(wtype) blocks (ggml_row_bytes of that type).
