@@ -4,8 +4,9 @@
 // Why: decode streams every active weight once per token, and with 4 KiB pages each 4 KiB of
 // weights costs a TLB miss — on a virtual machine a two-level page walk. One thread reading the
 // same 512 MiB measured 17 GB/s on 4 KiB anonymous pages, ~24 GB/s through the GGUF file's
-// mapping, and 32 GB/s on 2 MiB pages (this 2-core Zen 4 VM, tools/thp_read_bench.cpp). llama.cpp
-// also computes from anonymous copies wherever its CPU backend repacks weights.
+// mapping and 32 GB/s on 2 MiB pages (this 2-core Zen 4 VM; `quant_bench --pages huge|4k` shows
+// the split per weight type, docs/formats-gguf.md). llama.cpp also computes from anonymous
+// copies wherever its CPU backend repacks weights.
 //
 // Cost: a second copy of the weights in resident memory (the file's page cache stays, but the
 // kernel may reclaim it), and the copy at bind time (~1 s per GiB here). So it is skipped when
