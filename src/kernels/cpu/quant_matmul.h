@@ -26,7 +26,7 @@
 //       acc[j] = fma(float(S_j), d * dx, acc[j]);  then the 8-lane reduction.
 //   (The lane split is the one _mm256_maddubs_epi16 + _mm256_madd_epi16 produce: int32 lane j
 //   holds bytes 4j..4j+3 of a 32-byte vector; the scalar twin computes exactly these integers.
-//   The AVX-512 VNNI path keeps it: each 512-bit register holds two rows' 8 lanes.)
+//   The AVX-512 VNNI path keeps it, in 256-bit registers.)
 // Threads split output rows into fixed tasks, so the thread count only changes which thread
 // computes an output, never its value. float(int) rounds to nearest even on both paths.
 //

@@ -20,7 +20,11 @@
 // 4096 x 4096 matrix, 1 thread: q4_K 9.6 vs 21.7 GB/s, q8_0 9.1 vs 22.0), even with software
 // prefetch of both rows: reading two rows at once interleaves two address streams, the pattern
 // the AVX2 path had already measured as ~2x slower for 4 rows. One row per pass keeps one
-// sequential stream per thread.
+// sequential stream per thread. A one-row 512-bit form (a chunk's nibbles broadcast to both
+// halves and shifted by 0 | 4, meeting 64 contiguous activation bytes: half the instructions)
+// was no faster from L2 and 5-10% slower from DRAM: the kernels are bound by vector-pipe work,
+// which a double-pumped 512-bit op does not reduce (docs/formats-gguf.md, "The Q4_K_M decode
+// step").
 
 #include <immintrin.h>
 
