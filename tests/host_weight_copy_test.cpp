@@ -126,6 +126,17 @@ TEST(HostWeightCopy, BoundBackendGivesTheSameBits) {
   bound.matmul(m.row_slice(5, 9), x.data(), 1, a.data());
   in_place.matmul(m.row_slice(5, 9), x.data(), 1, b.data());
   EXPECT_EQ(std::memcmp(a.data(), b.data(), 9 * 4), 0);
+  // Binding another model replaces the first (one model at a time, as the CUDA backend).
+  std::vector<uint8_t> w2(w);
+  WeightSet other;
+  other.matrices.push_back(Matrix{m.dtype, w2.data(), N, K});
+  const int key2 = 0;
+  ASSERT_TRUE(bound.bind_weights(&key2, other).ok());
+  EXPECT_TRUE(bound.has_weights(&key2));
+  EXPECT_FALSE(bound.has_weights(&key));
+  bound.matmul(other.matrices[0], x.data(), 1, a.data());
+  in_place.matmul(m, x.data(), 1, b.data());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
 }
 
 }  // namespace

@@ -67,15 +67,13 @@ void CpuBackend::for_rows(int64_t rows, int64_t cost_per_row, const Fn& fn) {
 
 // ---- Weights ----
 
-bool CpuBackend::has_weights(const void* key) const {
-  for (const auto& b : bound_)
-    if (b.first == key) return true;
-  return false;
-}
+bool CpuBackend::has_weights(const void* key) const { return key == bound_key_; }
 
 Status CpuBackend::bind_weights(const void* key, const WeightSet& weights) {
   std::string why;
-  bound_.emplace_back(key, HostWeightCopy::shared(key, weights, &why));
+  bound_copy_.reset();  // before the new copy: never two of them at once
+  bound_copy_ = HostWeightCopy::shared(key, weights, &why);
+  bound_key_ = key;
   if (!why.empty()) {
     static std::once_flag said;
     std::call_once(said, [&] { std::fprintf(stderr, "weft: cpu weights: %s\n", why.c_str()); });
@@ -85,14 +83,7 @@ Status CpuBackend::bind_weights(const void* key, const WeightSet& weights) {
 
 Matrix CpuBackend::local(const Matrix& w) const {
   Matrix m = w;
-  for (const auto& b : bound_) {
-    if (b.second == nullptr) continue;
-    const void* p = b.second->translate(w.data);
-    if (p != w.data) {
-      m.data = p;
-      break;
-    }
-  }
+  if (bound_copy_) m.data = bound_copy_->translate(w.data);
   return m;
 }
 

@@ -6,7 +6,6 @@
 
 #include <array>
 #include <memory>
-#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -65,7 +64,11 @@ class CpuBackend final : public Backend {
  private:
   // The matrix w as the kernels read it: its data in the bound copy, if there is one.
   Matrix local(const Matrix& w) const;
-  std::vector<std::pair<const void*, std::shared_ptr<const HostWeightCopy>>> bound_;  // per model key
+  // The model whose weights are bound (one at a time, as the CUDA backend: binding another
+  // replaces it, so a pointer of a later model can never land in an earlier model's copy) and
+  // its copy (nullptr: read in place).
+  const void* bound_key_ = nullptr;
+  std::shared_ptr<const HostWeightCopy> bound_copy_;
   // Runs fn(row) for row < rows; on the pool in fixed blocks when the batch is large enough.
   template <typename Fn>
   void for_rows(int64_t rows, int64_t cost_per_row, const Fn& fn);
