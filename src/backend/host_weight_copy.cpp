@@ -2,9 +2,10 @@
 #include "backend/host_weight_copy.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,6 +22,13 @@ constexpr size_t kHugePage = size_t(2) << 20;
 // Ranges closer than this are copied as one (the gap with them): GGUF tensors lie back to back,
 // so a model becomes one or a few ranges and translate() stays a short search.
 constexpr uintptr_t kMergeGap = uintptr_t(1) << 20;
+// The copy reads the source this much at a time before releasing its pages (see build()).
+constexpr uintptr_t kCopyChunk = uintptr_t(16) << 20;
+#ifdef MADV_PAGEOUT
+constexpr int kMadvPageout = MADV_PAGEOUT;
+#else
+constexpr int kMadvPageout = 21;  // Linux's value, for older headers
+#endif
 
 // MemAvailable in bytes, or 0 when /proc/meminfo cannot tell.
 size_t mem_available() {
@@ -126,9 +134,20 @@ struct HostWeightCopyBuilder {
     copy->mapping_bytes_ = map_bytes;
     copy->bytes_ = copied;
     for (size_t i = 0; i < merged.size(); ++i) copy->ranges_.push_back({merged[i].begin, merged[i].end, base + offset[i]});
+    // Copied in chunks, each chunk's source pages then handed back (MADV_PAGEOUT: reclaim, never
+    // lose — a file page is dropped and refaults from the file if read again, an anonymous one
+    // stays or goes to swap; MADV_DONTNEED would zero weights held in anonymous memory).
+    // Otherwise reading the file for the copy would leave it resident in the process too, and
+    // the peak would be twice the weights. A kernel without MADV_PAGEOUT (< 5.4) ignores it.
+    const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
     for (const Span& piece : pieces) {
       auto* dst = const_cast<uint8_t*>(static_cast<const uint8_t*>(copy->translate(reinterpret_cast<const void*>(piece.begin))));
-      std::memcpy(dst, reinterpret_cast<const void*>(piece.begin), piece.end - piece.begin);
+      for (uintptr_t at = piece.begin; at < piece.end; at += kCopyChunk) {
+        const uintptr_t end = std::min(piece.end, at + kCopyChunk);
+        std::memcpy(dst + (at - piece.begin), reinterpret_cast<const void*>(at), end - at);
+        const uintptr_t lo = (at + page - 1) & ~(page - 1), hi = end & ~(page - 1);  // whole pages only
+        if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, kMadvPageout);
+      }
     }
     mprotect(p, map_bytes, PROT_READ);  // weights are never written; a stray write faults
     copy->fingerprint_ = fingerprint_of(set);
