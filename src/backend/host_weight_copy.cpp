@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -168,6 +169,7 @@ std::shared_ptr<const HostWeightCopy> HostWeightCopy::shared(const void* key, co
   static std::mutex mu;
   static std::map<const void*, std::weak_ptr<const HostWeightCopy>> live;
   std::lock_guard<std::mutex> lock(mu);
+  for (auto e = live.begin(); e != live.end();) e = e->second.expired() ? live.erase(e) : std::next(e);
   auto it = live.find(key);
   if (it != live.end()) {
     std::shared_ptr<const HostWeightCopy> held = it->second.lock();
