@@ -291,6 +291,72 @@ TEST(QuantMatmul, GroupedExpertsAreTheScalarBits) {
   }
 }
 
+// Several grouped jobs at once, as a MoE step issues them: the grouped path quantizes each job's
+// activation rows once and shares them with a later job that reads the same rows for the same
+// activation type (gate and up), but not across activation types (q8_0 vs q8_K) or different x.
+// Every output must still be the scalar product of that job's expert matrix with its own x. 40
+// rows (more than one quantization chunk, so the chunks spread over the pool), ldx > K.
+TEST(QuantMatmul, GroupedJobsShareQuantizedActivationsOnlyWhereAlike) {
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  CpuBackend backend(2);
+  const int64_t n_experts = 3, N = 41, K = 512, ldx = K + 7;
+  const std::vector<int32_t> begin = {0, 17, 17, 40};
+  const int64_t rows = begin.back();
+  const GgmlType types[] = {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ8_0, GgmlType::kQ6_K};
+  std::normal_distribution<float> g(0, 1);
+  std::vector<float> x1(size_t(rows * ldx)), x2(size_t(rows * ldx));
+  for (auto& v : x1) v = g(rng);
+  for (auto& v : x2) v = g(rng) * 3.0f;
+  std::vector<Problem> owners;  // keep the weights alive
+  std::vector<std::vector<Matrix>> w(4);
+  std::vector<std::vector<float>> y(4, std::vector<float>(size_t(rows * N), -1.0f));
+  std::vector<GroupedMatmul> jobs;
+  for (int j = 0; j < 4; ++j) {
+    for (int64_t e = 0; e < n_experts; ++e) {
+      owners.push_back(make_problem(types[j], N, K, 1, &rng));
+      w[size_t(j)].push_back(Matrix{*ggml_type_to_dtype(types[j]), owners.back().w->data(), N, K});
+    }
+  }
+  for (int j = 0; j < 4; ++j)
+    jobs.push_back(GroupedMatmul{w[size_t(j)].data(), j == 3 ? x2.data() : x1.data(), ldx, y[size_t(j)].data(), N});
+  MoeRouting r;
+  r.rows = rows, r.k = 1, r.n_experts = n_experts, r.expert_begin = begin.data();
+  backend.grouped_matmul(r, jobs.data(), int64_t(jobs.size()));
+  for (int j = 0; j < 4; ++j) {
+    std::vector<float> ref(size_t(rows * N), -2.0f);
+    for (int64_t e = 0; e < n_experts; ++e) {
+      const int64_t n = begin[size_t(e + 1)] - begin[size_t(e)];
+      if (n > 0)
+        quant_matmul_scalar(types[j], w[size_t(j)][size_t(e)].data, N, K, jobs[size_t(j)].x + begin[size_t(e)] * ldx,
+                            ldx, n, ref.data() + begin[size_t(e)] * N, N, nullptr);
+    }
+    EXPECT_EQ(std::memcmp(y[size_t(j)].data(), ref.data(), ref.size() * 4), 0) << "job " << j << " "
+                                                                               << ggml_type_name(types[j]);
+  }
+}
+
+// The two-step product (activations quantized ahead, then multiplied) is quant_matmul's bits.
+TEST(QuantMatmul, PrequantizedActivationsGiveTheSameBits) {
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  ThreadPool pool(2);
+  for (GgmlType type : kQuantTypes) {
+    for (const Shape& s : shapes_for(type)) {
+      const Problem p = make_problem(type, s.N, s.K, s.T, &rng);
+      const size_t xb = quant_activation_row_bytes(type, p.K);
+      std::vector<uint8_t> xq(xb * size_t(p.T));
+      quantize_activation_rows(type, p.x.data(), p.ldx, p.T, p.K, xq.data());
+      std::vector<float> two_step(size_t(p.T * p.ldo), -12345.0f);
+      quant_matmul_quantized(type, p.w->data(), p.N, p.K, xq.data(), p.T, two_step.data(), p.ldo, &pool);
+      expect_bit_identical(p, run(p, quant_matmul, &pool), two_step, "quantized ahead vs quant_matmul");
+      expect_bit_identical(p, run(p, quant_matmul_scalar, nullptr), two_step, "quantized ahead vs scalar");
+    }
+  }
+}
+
 // The AVX2 activation quantizers write the scalar ones' bytes for any input: random scales,
 // exact halves (ties to even), a zero block, NaN, +-inf, values of equal magnitude and opposite
 // sign (the first one sets the q8_K scale's sign), denormals.

@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <numeric>
+#include <optional>
 
 #include "cache/kv_cache.h"
 #include "core/cpu_features.h"
@@ -62,9 +65,32 @@ void CpuBackend::for_rows(int64_t rows, int64_t cost_per_row, const Fn& fn) {
   });
 }
 
+// ---- Weights ----
+
+bool CpuBackend::has_weights(const void* key) const { return key == bound_key_; }
+
+Status CpuBackend::bind_weights(const void* key, const WeightSet& weights) {
+  std::string why;
+  bound_copy_.reset();  // before the new copy: never two of them at once
+  bound_copy_ = HostWeightCopy::shared(key, weights, &why);
+  bound_key_ = key;
+  if (!why.empty()) {
+    static std::once_flag said;
+    std::call_once(said, [&] { std::fprintf(stderr, "weft: cpu weights: %s\n", why.c_str()); });
+  }
+  return Status();
+}
+
+Matrix CpuBackend::local(const Matrix& w) const {
+  Matrix m = w;
+  if (bound_copy_) m.data = bound_copy_->translate(w.data);
+  return m;
+}
+
 // ---- Rows ----
 
-void CpuBackend::embed(const Matrix& table, const int32_t* ids, int64_t n, float* x) {
+void CpuBackend::embed(const Matrix& table_in, const int32_t* ids, int64_t n, float* x) {
+  const Matrix table = local(table_in);
   if (dtype_is_block_quant(table.dtype)) {
     const GgmlType gt = *ggml_type_from_dtype(table.dtype);
     for (int64_t t = 0; t < n; ++t) dequantize_row(gt, table.row(ids[t]), x + t * table.cols, table.cols);
@@ -114,18 +140,88 @@ void matmul_any(const Matrix& w, const float* x, int64_t ldx, int64_t T, float* 
 }
 }  // namespace
 
-void CpuBackend::matmul(const Matrix& w, const float* x, int64_t T, float* y) {
+void CpuBackend::matmul(const Matrix& w_in, const float* x, int64_t T, float* y) {
+  const Matrix w = local(w_in);
   matmul_any(w, x, w.cols, T, y, w.rows, &pool_);
 }
 
+namespace {
+
+// The block type every expert of a grouped job shares, or nullopt (plain types, or a mix).
+std::optional<GgmlType> common_block_type(const GroupedMatmul& job, int64_t n_experts) {
+  if (n_experts <= 0 || !dtype_is_block_quant(job.w[0].dtype)) return std::nullopt;
+  for (int64_t e = 1; e < n_experts; ++e)
+    if (job.w[e].dtype != job.w[0].dtype || job.w[e].cols != job.w[0].cols) return std::nullopt;
+  return ggml_type_from_dtype(job.w[0].dtype);
+}
+
+}  // namespace
+
 void CpuBackend::grouped_matmul(const MoeRouting& r, const GroupedMatmul* jobs, int64_t n_jobs) {
+  // Block-quantized experts: each job's activation rows are quantized once here, before the
+  // tasks, and shared by every row task and expert that reads them (and by a later job with the
+  // same activations and activation type: gate and up). The tasks used to quantize their rows
+  // each (a decode step's 2048-wide gate/up rows ~9 times per expert: ~5% of a Q4_K_M step).
+  // The bytes are the ones quant_matmul would compute, so the outputs do not change.
+  const int64_t total_rows = r.expert_begin[r.n_experts];
+  thread_local std::vector<uint8_t> xq_all;
+  thread_local std::vector<size_t> xq_offset;  // per job: its rows' offset in xq_all, or SIZE_MAX
+  xq_offset.assign(size_t(n_jobs), SIZE_MAX);
+  size_t xq_total = 0;
+  struct Quantize {
+    int64_t job;
+    GgmlType wt;
+  };
+  thread_local std::vector<Quantize> to_quantize;
+  to_quantize.clear();
+  for (int64_t j = 0; j < n_jobs; ++j) {
+    const std::optional<GgmlType> wt = common_block_type(jobs[j], r.n_experts);
+    if (!wt || total_rows == 0) continue;
+    const int64_t K = jobs[j].w[0].cols;
+    for (int64_t i = 0; i < j && xq_offset[size_t(j)] == SIZE_MAX; ++i) {
+      const std::optional<GgmlType> wi = common_block_type(jobs[i], r.n_experts);
+      if (xq_offset[size_t(i)] != SIZE_MAX && jobs[i].x == jobs[j].x && jobs[i].ldx == jobs[j].ldx &&
+          jobs[i].w[0].cols == K && activation_type(*wi) == activation_type(*wt))
+        xq_offset[size_t(j)] = xq_offset[size_t(i)];
+    }
+    if (xq_offset[size_t(j)] != SIZE_MAX) continue;
+    xq_offset[size_t(j)] = xq_total;
+    xq_total += size_t(total_rows) * quant_activation_row_bytes(*wt, K);
+    to_quantize.push_back({j, *wt});
+  }
+  if (xq_all.size() < xq_total) xq_all.resize(xq_total);
+  {
+    // Row chunks of every job to quantize, spread over the pool when there are many (prefill).
+    constexpr int64_t kQuantizeRowsPerTask = 16;
+    const int64_t chunks_per_job = ceil_div(total_rows, kQuantizeRowsPerTask);
+    const int64_t n_chunks = int64_t(to_quantize.size()) * chunks_per_job;
+    // Workers must not name the thread_locals (they would see their own): pass pointers.
+    uint8_t* base = xq_all.data();
+    const Quantize* quantize_list = to_quantize.data();
+    const size_t* offsets = xq_offset.data();
+    auto quantize_chunk = [&](int64_t c) {
+      const Quantize& q = quantize_list[c / chunks_per_job];
+      const GroupedMatmul& job = jobs[q.job];
+      const int64_t K = job.w[0].cols;
+      const int64_t r0 = (c % chunks_per_job) * kQuantizeRowsPerTask;
+      const int64_t n = std::min(kQuantizeRowsPerTask, total_rows - r0);
+      quantize_activation_rows(q.wt, job.x + r0 * job.ldx, job.ldx, n, K,
+                               base + offsets[q.job] + size_t(r0) * quant_activation_row_bytes(q.wt, K));
+    };
+    if (pool_.size() > 1 && n_chunks > 1 && total_rows > kQuantizeRowsPerTask) {
+      pool_.parallel_for(n_chunks, quantize_chunk);
+    } else {
+      for (int64_t c = 0; c < n_chunks; ++c) quantize_chunk(c);
+    }
+  }
+
   // One task per (job, expert with rows, block of weight rows). A block holds >= 64 KiB of
   // weights (as the decode matmul's tasks do), so a decode step's 8 experts x gate/up spread over
   // every thread in one parallel region instead of one fork-join per expert and projection.
   // Each output element is still one whole dot product in the order of matmul.h, so the result
   // is bit-identical to running the experts one by one.
   struct Task {
-    const GroupedMatmul* job;
+    int64_t job;
     int32_t expert;
     int64_t n0, n1;
   };
@@ -137,17 +233,26 @@ void CpuBackend::grouped_matmul(const MoeRouting& r, const GroupedMatmul* jobs, 
       const Matrix& w = jobs[j].w[e];
       const int64_t row_bytes = int64_t(w.row_bytes());
       const int64_t block = std::max<int64_t>(kMatmulRowsPerTask, ((65536 / std::max<int64_t>(1, row_bytes)) + 7) & ~7);
-      for (int64_t n0 = 0; n0 < w.rows; n0 += block)
-        tasks.push_back({&jobs[j], int32_t(e), n0, std::min(w.rows, n0 + block)});
+      for (int64_t n0 = 0; n0 < w.rows; n0 += block) tasks.push_back({j, int32_t(e), n0, std::min(w.rows, n0 + block)});
     }
   }
   const Task* list = tasks.data();
+  const uint8_t* xq = xq_all.data();
+  const size_t* offsets = xq_offset.data();
   auto run = [&](int64_t i) {
     const Task& t = list[i];
-    const Matrix w = t.job->w[t.expert].row_slice(t.n0, t.n1 - t.n0);
+    const GroupedMatmul& job = jobs[t.job];
+    const Matrix w = local(job.w[t.expert]).row_slice(t.n0, t.n1 - t.n0);
     const int64_t begin = r.expert_begin[t.expert], n = r.expert_begin[t.expert + 1] - begin;
-    matmul_any(w, t.job->x + begin * t.job->ldx, t.job->ldx, n, t.job->y + begin * t.job->ldy + t.n0, t.job->ldy,
-               nullptr);
+    float* y = job.y + begin * job.ldy + t.n0;
+    if (offsets[t.job] != SIZE_MAX) {
+      const GgmlType wt = *ggml_type_from_dtype(w.dtype);
+      quant_matmul_quantized(wt, w.data, w.rows, w.cols,
+                             xq + offsets[t.job] + size_t(begin) * quant_activation_row_bytes(wt, w.cols), n, y,
+                             job.ldy, nullptr);
+    } else {
+      matmul_any(w, job.x + begin * job.ldx, job.ldx, n, y, job.ldy, nullptr);
+    }
   };
   const int64_t n_tasks = int64_t(tasks.size());
   if (pool_.size() <= 1 || n_tasks <= 1) {

@@ -5,9 +5,11 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/host_weight_copy.h"
 #include "backend/moe_route_host.h"
 #include "core/thread_pool.h"
 
@@ -33,6 +35,10 @@ class CpuBackend final : public Backend {
   void mul_sigmoid(float* x, const float* gate, int64_t n) override;
   void add_sigmoid_scaled(float* y, const float* x, const float* s, int64_t rows, int64_t width) override;
 
+  // Weight matrices are read from huge-page copies (host_weight_copy.h) where bound.
+  bool has_weights(const void* key) const override;
+  Status bind_weights(const void* key, const WeightSet& weights) override;
+
   void matmul(const Matrix& w, const float* x, int64_t T, float* y) override;
   void grouped_matmul(const MoeRouting& routing, const GroupedMatmul* jobs, int64_t n_jobs) override;
 
@@ -56,6 +62,13 @@ class CpuBackend final : public Backend {
   void moe_combine(const MoeRouting& r, const float* out, int64_t width, float* y) override;
 
  private:
+  // The matrix w as the kernels read it: its data in the bound copy, if there is one.
+  Matrix local(const Matrix& w) const;
+  // The model whose weights are bound (one at a time, as the CUDA backend: binding another
+  // replaces it, so a pointer of a later model can never land in an earlier model's copy) and
+  // its copy (nullptr: read in place).
+  const void* bound_key_ = nullptr;
+  std::shared_ptr<const HostWeightCopy> bound_copy_;
   // Runs fn(row) for row < rows; on the pool in fixed blocks when the batch is large enough.
   template <typename Fn>
   void for_rows(int64_t rows, int64_t cost_per_row, const Fn& fn);

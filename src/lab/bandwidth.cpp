@@ -2,6 +2,8 @@
 // ThreadPool, and the scalar read kernel (the AVX2 one is in bandwidth_avx2.cpp).
 #include "lab/bandwidth.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -9,8 +11,10 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <new>
 #include <vector>
 
+#include "backend/host_weight_copy.h"
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
 
@@ -29,6 +33,27 @@ void run(ThreadPool* pool, size_t n, const std::function<void(size_t, size_t)>& 
   if (pool) pool->parallel_for(tasks, task);
   else for (int64_t t = 0; t < tasks; ++t) task(t);
 }
+
+// n doubles of anonymous memory, 2 MiB-aligned and advised to huge pages when `huge`.
+class ProbeArray {
+ public:
+  ProbeArray(size_t n, bool huge) : bytes_(n * sizeof(double) + (size_t(2) << 20)) {
+    map_ = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map_ == MAP_FAILED) throw std::bad_alloc();
+    const uintptr_t align = uintptr_t(2) << 20;
+    data_ = reinterpret_cast<double*>((reinterpret_cast<uintptr_t>(map_) + align - 1) & ~(align - 1));
+    madvise(data_, n * sizeof(double), huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+  }
+  ~ProbeArray() { munmap(map_, bytes_); }
+  ProbeArray(const ProbeArray&) = delete;
+  ProbeArray& operator=(const ProbeArray&) = delete;
+  double* get() const { return data_; }
+
+ private:
+  size_t bytes_;
+  void* map_ = nullptr;
+  double* data_ = nullptr;
+};
 
 double seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -95,7 +120,11 @@ BandwidthResult measure_bandwidth(size_t requested_bytes, int trials, ThreadPool
   r.trials = std::max(trials, 1);
   const bool avx2 = use_avx2();  // the same dispatch as the decode kernels (WEFT_FORCE_SCALAR too)
   r.read_kernel = avx2 ? "avx2" : "scalar";
-  std::unique_ptr<double[]> a(new double[n]), b(new double[n]), c(new double[n]);
+  // The arrays live on the pages the CPU backend reads weights from: 2 MiB transparent huge pages
+  // unless WEFT_CPU_WEIGHTS=mmap (backend/host_weight_copy.h). On 4 KiB pages one thread of this
+  // VM streams ~17-24 GB/s, on huge pages ~32: a 4 KiB probe under huge-page weights would put
+  // decode above its own roofline.
+  ProbeArray a(n, host_weight_copy_enabled()), b(n, host_weight_copy_enabled()), c(n, host_weight_copy_enabled());
   double* pa = a.get(); double* pb = b.get(); double* pc = c.get();
   // First touch in parallel, so pages land where the threads that stream them run.
   run(pool, n, [&](size_t lo, size_t hi) {

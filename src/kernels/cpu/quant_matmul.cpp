@@ -176,19 +176,10 @@ void scalar_tokens(const uint8_t* w, size_t row_bytes, int64_t rows, const uint8
   }
 }
 
-// The driver shared by both paths: quantize each token's activations once, then fixed row tasks,
-// each computing whole dot products with `dot`.
-void run_quant_matmul(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
-                      int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool,
-                      QuantDotRowsFn dot, void (*quantize)(GgmlType, const float*, int64_t, uint8_t*)) {
-  if (N <= 0 || T <= 0 || K <= 0) return;
-  assert(K % ggml_block_size(wtype) == 0);
-  const size_t xq_bytes = ggml_row_bytes(activation_type(wtype), K);
-  thread_local std::vector<uint8_t> xq_scratch;  // the calling thread's; reused across calls
-  if (xq_scratch.size() < size_t(T) * xq_bytes) xq_scratch.resize(size_t(T) * xq_bytes);
-  for (int64_t t = 0; t < T; ++t) quantize(wtype, x + t * ldx, K, xq_scratch.data() + size_t(t) * xq_bytes);
-  // Workers must not name the thread_local (they would see their own): pass the pointer.
-  const uint8_t* xq = xq_scratch.data();
+// The row tasks over already quantized activations (T rows, xq_bytes apart), each computing
+// whole dot products with `dot`.
+void run_quant_rows(GgmlType wtype, const void* w, int64_t N, int64_t K, const uint8_t* xq, size_t xq_bytes,
+                    int64_t T, float* out, int64_t ldo, ThreadPool* pool, QuantDotRowsFn dot) {
   const auto* wbytes = static_cast<const uint8_t*>(w);
   const size_t row_bytes = ggml_row_bytes(wtype, K);
   int64_t rows_per_task = kQuantRowsPerTask;
@@ -206,6 +197,20 @@ void run_quant_matmul(GgmlType wtype, const void* w, int64_t N, int64_t K, const
   } else {
     for (int64_t i = 0; i < n_tasks; ++i) task(i);
   }
+}
+
+// The driver shared by every path: quantize each token's activations once, then the row tasks.
+void run_quant_matmul(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
+                      int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool,
+                      QuantDotRowsFn dot, void (*quantize)(GgmlType, const float*, int64_t, uint8_t*)) {
+  if (N <= 0 || T <= 0 || K <= 0) return;
+  assert(K % ggml_block_size(wtype) == 0);
+  const size_t xq_bytes = ggml_row_bytes(activation_type(wtype), K);
+  thread_local std::vector<uint8_t> xq_scratch;  // the calling thread's; reused across calls
+  if (xq_scratch.size() < size_t(T) * xq_bytes) xq_scratch.resize(size_t(T) * xq_bytes);
+  for (int64_t t = 0; t < T; ++t) quantize(wtype, x + t * ldx, K, xq_scratch.data() + size_t(t) * xq_bytes);
+  // Workers must not name the thread_local (they would see their own): pass the pointer.
+  run_quant_rows(wtype, w, N, K, xq_scratch.data(), xq_bytes, T, out, ldo, pool, dot);
 }
 
 bool is_plain(GgmlType t) { return t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16; }
@@ -266,6 +271,31 @@ void quant_matmul_avx512(GgmlType wtype, const void* w, int64_t N, int64_t K, co
   }
   // The activation bytes are the AVX2 quantizer's (the same as the scalar one's).
   run_quant_matmul(wtype, w, N, K, x, ldx, T, out, ldo, pool, quant_dot_rows_avx512(wtype), quantize_activations_avx2);
+}
+
+size_t quant_activation_row_bytes(GgmlType wtype, int64_t K) {
+  return ggml_row_bytes(activation_type(wtype), K);
+}
+
+void quantize_activation_rows(GgmlType wtype, const float* x, int64_t ldx, int64_t T, int64_t K, uint8_t* dst) {
+  const size_t row_bytes = quant_activation_row_bytes(wtype, K);
+  for (int64_t t = 0; t < T; ++t) {
+    if (use_avx2()) {
+      quantize_activations_avx2(wtype, x + t * ldx, K, dst + size_t(t) * row_bytes);
+    } else {
+      quantize_activations(wtype, x + t * ldx, K, dst + size_t(t) * row_bytes);
+    }
+  }
+}
+
+void quant_matmul_quantized(GgmlType wtype, const void* w, int64_t N, int64_t K, const uint8_t* xq, int64_t T,
+                            float* out, int64_t ldo, ThreadPool* pool) {
+  if (N <= 0 || T <= 0 || K <= 0) return;
+  assert(!is_plain(wtype) && K % ggml_block_size(wtype) == 0);
+  const QuantDotRowsFn dot = use_avx512_vnni() ? quant_dot_rows_avx512(wtype)
+                             : use_avx2()      ? quant_dot_rows_avx2(wtype)
+                                               : quant_dot_rows_scalar(wtype);
+  run_quant_rows(wtype, w, N, K, xq, quant_activation_row_bytes(wtype, K), T, out, ldo, pool, dot);
 }
 
 void quant_matmul(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,

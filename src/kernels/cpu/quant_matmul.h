@@ -26,7 +26,7 @@
 //       acc[j] = fma(float(S_j), d * dx, acc[j]);  then the 8-lane reduction.
 //   (The lane split is the one _mm256_maddubs_epi16 + _mm256_madd_epi16 produce: int32 lane j
 //   holds bytes 4j..4j+3 of a 32-byte vector; the scalar twin computes exactly these integers.
-//   The AVX-512 VNNI path keeps it: each 512-bit register holds two rows' 8 lanes.)
+//   The AVX-512 VNNI path keeps it, in 256-bit registers.)
 // Threads split output rows into fixed tasks, so the thread count only changes which thread
 // computes an output, never its value. float(int) rounds to nearest even on both paths.
 //
@@ -65,6 +65,17 @@ void quant_matmul_avx2(GgmlType wtype, const void* w, int64_t N, int64_t K, cons
 // bit-identical to the other two.
 void quant_matmul_avx512(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
                          int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool);
+
+// The same product in two steps, for callers that multiply one set of activations by several
+// block-quantized matrices (the grouped expert path: every row task of every expert, and gate and
+// up, share a token's activations): quantize_activation_rows writes T rows of
+// quant_activation_row_bytes(wtype, K) bytes (the bytes every path uses: quantize_activations),
+// and quant_matmul_quantized multiplies them, giving exactly quant_matmul's outputs. wtype must
+// be a block type.
+size_t quant_activation_row_bytes(GgmlType wtype, int64_t K);
+void quantize_activation_rows(GgmlType wtype, const float* x, int64_t ldx, int64_t T, int64_t K, uint8_t* dst);
+void quant_matmul_quantized(GgmlType wtype, const void* w, int64_t N, int64_t K, const uint8_t* xq, int64_t T,
+                            float* out, int64_t ldo, ThreadPool* pool);
 
 // The activation block type a weight type is multiplied against (q8_0 or q8_K).
 GgmlType activation_type(GgmlType wtype);

@@ -20,7 +20,11 @@
 // 4096 x 4096 matrix, 1 thread: q4_K 9.6 vs 21.7 GB/s, q8_0 9.1 vs 22.0), even with software
 // prefetch of both rows: reading two rows at once interleaves two address streams, the pattern
 // the AVX2 path had already measured as ~2x slower for 4 rows. One row per pass keeps one
-// sequential stream per thread.
+// sequential stream per thread. A one-row 512-bit form (a chunk's nibbles broadcast to both
+// halves and shifted by 0 | 4, meeting 64 contiguous activation bytes: half the instructions)
+// was no faster from L2 and 5-10% slower from DRAM: the kernels are bound by vector-pipe work,
+// which a double-pumped 512-bit op does not reduce (docs/formats-gguf.md, "The Q4_K_M decode
+// step").
 
 #include <immintrin.h>
 
@@ -177,11 +181,16 @@ struct K4 {
         const __m256i mpairs = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
         __m256i hbits;
         if constexpr (W == GgmlType::kQ5_K) hbits = load32(wb[b].qh);
-        __m256i isum[C];
+        // One integer accumulator per chunk: a vpdpwssd chain of 2 instead of 8. With one, the
+        // kernel ran ~7% slower than the AVX2 one (whose vpmaddwd + vpaddd chain is 1 cycle per
+        // step); with four it is ~7% faster (quant_bench from L2, one thread, 512 x 2048: q4_K
+        // 24.1 vs 22.5 GB/s, q5_K 24.4 vs 17.0). Integer sums are exact, so the order is free.
+        __m256i isum4[4][C];
 #pragma GCC unroll 4
-        for (int c = 0; c < C; ++c) isum[c] = _mm256_setzero_si256();
+        for (int c = 0; c < C; ++c) isum4[0][c] = isum4[1][c] = isum4[2][c] = isum4[3][c] = _mm256_setzero_si256();
 #pragma GCC unroll 4
         for (int ch = 0; ch < 4; ++ch) {
+          __m256i* isum = isum4[ch];
           const __m256i q = load32(wb[b].qs + 32 * ch);
           __m256i lo = _mm256_and_si256(q, m4);
           __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
@@ -198,6 +207,10 @@ struct K4 {
           }
         }
         const float d = f16(wb[b].d), dmin = f16(wb[b].dmin);
+        __m256i isum[C];
+#pragma GCC unroll 4
+        for (int c = 0; c < C; ++c)
+          isum[c] = _mm256_add_epi32(_mm256_add_epi32(isum4[0][c], isum4[1][c]), _mm256_add_epi32(isum4[2][c], isum4[3][c]));
 #pragma GCC unroll 4
         for (int c = 0; c < C; ++c) {
           const __m256i Mv = _mm256_madd_epi16(mpairs, load32(xb[c][b].bsums));  // lane j: m[j] * (bsums[2j] + bsums[2j+1])
@@ -243,10 +256,15 @@ struct Q6K {
       for (int64_t b = 0; b < a.K / kQK_K; ++b) {
         const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb[b].scales));
         const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
-        __m256i isum[C];
+        // Four integer accumulators (one per group of a half): vpdpwssd chains of 2 instead of 8
+        // (q6_K from L2: 34.2 vs 31.2 GB/s); the sums are exact, so adding them at the end gives
+        // the same S_j.
+        __m256i isum4[4][C];
 #pragma GCC unroll 4
-        for (int c = 0; c < C; ++c)
-          isum[c] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, load32(xb[c][b].bsums)), 5));
+        for (int c = 0; c < C; ++c) {
+          isum4[0][c] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(sc16, load32(xb[c][b].bsums)), 5));
+          isum4[1][c] = isum4[2][c] = isum4[3][c] = _mm256_setzero_si256();
+        }
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
           // Scales of this half (sub-blocks 8h..8h+7) as int16, in both 128-bit lanes.
@@ -265,13 +283,15 @@ struct Q6K {
             const __m256i scv = _mm256_shuffle_epi8(sch, splat_pair_mask(i));
 #pragma GCC unroll 4
             for (int c = 0; c < C; ++c)
-              isum[c] = _mm256_dpwssd_epi32(isum[c], _mm256_maddubs_epi16(q[i], load32(xb[c][b].qs + 128 * h + 32 * i)), scv);
+              isum4[i][c] = _mm256_dpwssd_epi32(isum4[i][c], _mm256_maddubs_epi16(q[i], load32(xb[c][b].qs + 128 * h + 32 * i)), scv);
           }
         }
         const float d = f16(wb[b].d);
 #pragma GCC unroll 4
-        for (int c = 0; c < C; ++c)
-          acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_set1_ps(d * xb[c][b].d), acc[c]);
+        for (int c = 0; c < C; ++c) {
+          const __m256i isum = _mm256_add_epi32(_mm256_add_epi32(isum4[0][c], isum4[1][c]), _mm256_add_epi32(isum4[2][c], isum4[3][c]));
+          acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d * xb[c][b].d), acc[c]);
+        }
       }
 #pragma GCC unroll 4
       for (int c = 0; c < C; ++c) a.out[(t0 + c) * a.ldo + r] = reduce8(acc[c]);

@@ -1,0 +1,193 @@
+// HostWeightCopy (host_weight_copy.h): huge-page copies of weight matrices for the CPU backend.
+#include "backend/host_weight_copy.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+namespace weft {
+
+namespace {
+
+constexpr size_t kHugePage = size_t(2) << 20;
+// Ranges closer than this are copied as one (the gap with them): GGUF tensors lie back to back,
+// so a model becomes one or a few ranges and translate() stays a short search.
+constexpr uintptr_t kMergeGap = uintptr_t(1) << 20;
+// The copy reads the source this much at a time before releasing its pages (see build()).
+constexpr uintptr_t kCopyChunk = uintptr_t(16) << 20;
+#ifdef MADV_PAGEOUT
+constexpr int kMadvPageout = MADV_PAGEOUT;
+#else
+constexpr int kMadvPageout = 21;  // Linux's value, for older headers
+#endif
+
+// MemAvailable in bytes, or 0 when /proc/meminfo cannot tell.
+size_t mem_available() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  size_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
+// False when transparent huge pages are switched off ("[never]"): the copy would buy nothing.
+bool thp_possible() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string s;
+  std::getline(in, s);
+  return s.find("[never]") == std::string::npos;
+}
+
+std::vector<uintptr_t> fingerprint_of(const WeightSet& set) {
+  std::vector<uintptr_t> f;
+  f.reserve(set.matrices.size());
+  for (const Matrix& m : set.matrices) f.push_back(reinterpret_cast<uintptr_t>(m.data));
+  return f;
+}
+
+}  // namespace
+
+bool host_weight_copy_enabled() {
+  const char* v = std::getenv("WEFT_CPU_WEIGHTS");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "copy") == 0) return true;
+  if (std::strcmp(v, "mmap") == 0) return false;
+  static std::once_flag warned;
+  std::call_once(warned, [&] {
+    std::fprintf(stderr, "weft: WEFT_CPU_WEIGHTS='%s' is not 'copy' or 'mmap'; using 'copy'\n", v);
+  });
+  return true;
+}
+
+struct HostWeightCopyBuilder {
+  static std::shared_ptr<HostWeightCopy> build(const WeightSet& set, std::string* why) {
+    struct Span {
+      uintptr_t begin, end;
+    };
+    std::vector<Span> spans;
+    for (const Matrix& m : set.matrices) {
+      if (m.data == nullptr || m.bytes() == 0) continue;
+      const auto b = reinterpret_cast<uintptr_t>(m.data);
+      spans.push_back({b, b + m.bytes()});
+    }
+    if (spans.empty()) return nullptr;
+    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+    // `pieces`: the union of the matrices (what is copied); `merged`: the ranges laid out in the
+    // copy, pieces closer than kMergeGap joined. Gap bytes are not copied (they may be unmapped,
+    // between two files' mappings) and nothing reads them.
+    std::vector<Span> pieces{spans[0]}, merged{spans[0]};
+    for (size_t i = 1; i < spans.size(); ++i) {
+      if (spans[i].begin <= pieces.back().end) {
+        pieces.back().end = std::max(pieces.back().end, spans[i].end);
+      } else {
+        pieces.push_back(spans[i]);
+      }
+      if (spans[i].begin <= merged.back().end + kMergeGap) {
+        merged.back().end = std::max(merged.back().end, spans[i].end);
+      } else {
+        merged.push_back(spans[i]);
+      }
+    }
+    // Each range starts at its source's offset within a 4 KiB page (so rows keep their
+    // alignment), after the previous one.
+    std::vector<size_t> offset(merged.size());
+    size_t total = 0, copied = 0;
+    for (size_t i = 0; i < merged.size(); ++i) {
+      const size_t page_off = merged[i].begin & 4095;
+      total = (total + 4095) / 4096 * 4096 + page_off;
+      offset[i] = total;
+      total += merged[i].end - merged[i].begin;
+    }
+    for (const Span& piece : pieces) copied += piece.end - piece.begin;
+    const size_t avail = mem_available();
+    if (avail != 0 && copied > avail / 2) {
+      if (why) {
+        std::ostringstream s;
+        s << "the weights (" << (copied >> 20) << " MiB) exceed half of MemAvailable (" << (avail >> 20)
+          << " MiB): read in place from the mapped file";
+        *why = s.str();
+      }
+      return nullptr;
+    }
+    const size_t map_bytes = total + kHugePage;
+    void* p = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      if (why) *why = std::string("cannot allocate the weight copy: ") + std::strerror(errno) + "; read in place";
+      return nullptr;
+    }
+    auto* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + kHugePage - 1) & ~(kHugePage - 1));
+    madvise(base, total, MADV_HUGEPAGE);  // a hint: without it the copy still reads correctly
+    std::shared_ptr<HostWeightCopy> copy(new HostWeightCopy());
+    copy->mapping_ = p;
+    copy->mapping_bytes_ = map_bytes;
+    copy->bytes_ = copied;
+    for (size_t i = 0; i < merged.size(); ++i) copy->ranges_.push_back({merged[i].begin, merged[i].end, base + offset[i]});
+    // Copied in chunks, each chunk's source pages then handed back (MADV_PAGEOUT: reclaim, never
+    // lose — a file page is dropped and refaults from the file if read again, an anonymous one
+    // stays or goes to swap; MADV_DONTNEED would zero weights held in anonymous memory).
+    // Otherwise reading the file for the copy would leave it resident in the process too, and
+    // the peak would be twice the weights. A kernel without MADV_PAGEOUT (< 5.4) ignores it.
+    const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+    for (const Span& piece : pieces) {
+      auto* dst = const_cast<uint8_t*>(static_cast<const uint8_t*>(copy->translate(reinterpret_cast<const void*>(piece.begin))));
+      for (uintptr_t at = piece.begin; at < piece.end; at += kCopyChunk) {
+        const uintptr_t end = std::min(piece.end, at + kCopyChunk);
+        std::memcpy(dst + (at - piece.begin), reinterpret_cast<const void*>(at), end - at);
+        const uintptr_t lo = (at + page - 1) & ~(page - 1), hi = end & ~(page - 1);  // whole pages only
+        if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, kMadvPageout);
+      }
+    }
+    mprotect(p, map_bytes, PROT_READ);  // weights are never written; a stray write faults
+    copy->fingerprint_ = fingerprint_of(set);
+    return copy;
+  }
+};
+
+HostWeightCopy::~HostWeightCopy() {
+  if (mapping_ != nullptr) munmap(mapping_, mapping_bytes_);
+}
+
+std::shared_ptr<const HostWeightCopy> HostWeightCopy::shared(const void* key, const WeightSet& set, std::string* why) {
+  if (!host_weight_copy_enabled()) return nullptr;
+  if (!thp_possible()) {
+    if (why) *why = "transparent huge pages are off: weights read in place";
+    return nullptr;
+  }
+  static std::mutex mu;
+  static std::map<const void*, std::weak_ptr<const HostWeightCopy>> live;
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto e = live.begin(); e != live.end();) e = e->second.expired() ? live.erase(e) : std::next(e);
+  auto it = live.find(key);
+  if (it != live.end()) {
+    std::shared_ptr<const HostWeightCopy> held = it->second.lock();
+    if (held && held->fingerprint_ == fingerprint_of(set)) return held;
+    live.erase(it);
+  }
+  std::shared_ptr<const HostWeightCopy> made = HostWeightCopyBuilder::build(set, why);
+  if (made) live[key] = made;
+  return made;
+}
+
+const void* HostWeightCopy::translate(const void* p) const {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  auto it = std::upper_bound(ranges_.begin(), ranges_.end(), a, [](uintptr_t v, const Range& r) { return v < r.begin; });
+  if (it == ranges_.begin()) return p;
+  --it;
+  if (a >= it->end) return p;
+  return it->copy + (a - it->begin);
+}
+
+}  // namespace weft
