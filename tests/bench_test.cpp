@@ -460,5 +460,29 @@ TEST(BenchEnergy, ShortWindowsCannotResolveTheCounter) {
   EXPECT_EQ(bench_json(r)["depths"][0]["arms"]["f16"]["joules_resolved"], false);
 }
 
+// The process's resident set cannot see a device's memory: a GPU run says so instead of printing
+// a KV "measured vs model" of -100%.
+TEST(BenchReport, KvResidentDoesNotApplyOnADevice) {
+  BenchResult r;
+  DepthResult d;
+  d.ctx = 4096;
+  BenchArmResult a;
+  a.type = DType::kF16;
+  a.tok_s = {200.0};
+  a.tok_s_ci = median_with_ci(a.tok_s);
+  a.kv_bytes = 80 << 20;
+  a.kv_resident = 300 << 10;
+  a.kv_resident_diff_pct = -99.6;
+  d.arms.push_back(a);
+  r.depths.push_back(d);
+  r.options.device = Device::kCpu;
+  EXPECT_EQ(bench_markdown(r).find("does not apply (device memory)"), std::string::npos);
+  EXPECT_EQ(bench_json(r)["depths"][0]["arms"]["f16"]["kv_bytes_resident_measured"], 300 << 10);
+  r.options.device = Device::kCuda;
+  EXPECT_NE(bench_markdown(r).find("does not apply (device memory)"), std::string::npos) << bench_markdown(r);
+  EXPECT_TRUE(bench_json(r)["depths"][0]["arms"]["f16"]["kv_bytes_resident_measured"].is_null());
+  EXPECT_TRUE(bench_json(r)["depths"][0]["arms"]["f16"]["kv_resident_diff_pct"].is_null());
+}
+
 }  // namespace
 }  // namespace weft::lab

@@ -15,6 +15,10 @@ namespace {
 
 // Whether every timed window of an arm spans enough ticks of the energy counter to resolve its
 // joules (EnergyMeter::resolves): window = gen / tok/s of that run.
+// The resident-set measurement of a cache only sees host memory: on a device run the KV pages
+// live in the device's memory and the column does not apply.
+bool kv_resident_applies(const BenchResult& r) { return r.options.device == Device::kCpu; }
+
 bool energy_resolved(const BenchResult& r, const BenchArmResult& a) {
   if (!std::isfinite(r.energy_tick_s)) return false;
   for (double t : a.tok_s)
@@ -83,7 +87,9 @@ nlohmann::json bench_json(const BenchResult& r) {
   j["baseline"] = "f16";
   j["baseline_added"] = r.baseline_added;
   j["ratio_ci_method"] = "95% percentile bootstrap of the median of the paired per-repeat ratios (10000 resamples)";
-  j["kv_resident_method"] = "growth of the process resident set (/proc/self/smaps_rollup) while the arm's cache was filled";
+  j["kv_resident_method"] = kv_resident_applies(r)
+                                ? "growth of the process resident set (/proc/self/smaps_rollup) while the arm's cache was filled"
+                                : "does not apply: the cache lives in device memory, which the process resident set does not count";
   j["byte_model"] = {{"active_weight_bytes", r.footprint.active_weight_bytes},
                      {"gdn_state_bytes", r.footprint.gdn_state_bytes},
                      {"gdn_bytes_per_token", 2 * r.footprint.gdn_state_bytes},
@@ -118,9 +124,9 @@ nlohmann::json bench_json(const BenchResult& r) {
       x["resolved"] = c.resolved;
       x["bytes_per_token"] = a.bytes_per_token;
       x["kv_bytes_model"] = a.kv_bytes;
-      x["kv_bytes_resident_measured"] = a.kv_resident;
+      x["kv_bytes_resident_measured"] = kv_resident_applies(r) ? nlohmann::json(a.kv_resident) : nlohmann::json(nullptr);
       x["kv_bytes_allocated"] = a.kv_allocated;
-      x["kv_resident_diff_pct"] = a.kv_resident_diff_pct;
+      x["kv_resident_diff_pct"] = kv_resident_applies(r) ? num(a.kv_resident_diff_pct) : nlohmann::json(nullptr);
       x["roofline"] = a.roofline.kind_name();
       x["roofline_frac"] = a.roofline.applies() ? nlohmann::json(a.roofline.fraction) : nlohmann::json(nullptr);
       x["bytes_per_s_over_bandwidth"] = a.roofline.fraction;
@@ -214,11 +220,13 @@ std::string bench_markdown(const BenchResult& r) {
       const std::string of_ceiling =
           base || !has_ceiling ? std::string("-") : fmt("%.3f ", c.of_ceiling) + interval(c.of_ceiling_ci, "%.3f");
       std::snprintf(buf, sizeof buf,
-                    "| %lld | %s | %.2f | [%.2f, %.2f] | %.3f | %s | %s | %s | %s | %s | %s | %s | %+.2f%% | %s |",
+                    "| %lld | %s | %.2f | [%.2f, %.2f] | %.3f | %s | %s | %s | %s | %s | %s | %s | %s | %s |",
                     (long long)d.ctx, dtype_name(a.type), a.tok_s_ci.median, a.tok_s_ci.lo, a.tok_s_ci.hi, c.ratio,
                     interval(c.ci, "%.3f").c_str(), has_ceiling ? fmt("%.4f", c.ceiling).c_str() : "-",
                     of_ceiling.c_str(), c.verdict.c_str(), mib(double(a.bytes_per_token)).c_str(),
-                    mib(double(a.kv_bytes)).c_str(), mib(double(a.kv_resident)).c_str(), a.kv_resident_diff_pct,
+                    mib(double(a.kv_bytes)).c_str(),
+                    kv_resident_applies(r) ? mib(double(a.kv_resident)).c_str() : "does not apply (device memory)",
+                    kv_resident_applies(r) ? fmt("%+.2f%%", a.kv_resident_diff_pct).c_str() : "-",
                     a.roofline.label().c_str());
       s += buf;
       if (energy) {
@@ -274,7 +282,7 @@ std::string bench_markdown(const BenchResult& r) {
          " repeats, this run cannot resolve the arm from f16 nor from its ceiling, and no share of the ceiling is "
          "claimed.\n";
   s += "KV (byte model) = KV bytes per token x depth; KV resident (measured) = growth of this process's resident "
-       "set while the arm's cache was filled.\n";
+       "set while the arm's cache was filled (host runs only: a device's memory is not in it).\n";
   if (fits)
     s += "roofline does not apply (fits in cache): bytes/token <= the " + mib(double(r.bandwidth.llc_bytes)) +
          " last-level cache, so the token's bytes can stay in cache and DRAM bandwidth is not what bounds it.\n";
