@@ -222,79 +222,59 @@ TEST_P(CudaBackendTest, EachSequenceAloneEqualsInsideABatch) {
   for (int s = 0; s < kSeqs; ++s) EXPECT_TRUE(same_bits(alone[s], together[s])) << "sequence " << s;
 }
 
+// The logits of decode steps after a prompt, then of `verifies` 4-row verifies of one draft (each
+// verify of a shape after the first runs captured, then replayed), all concatenated: what the
+// launch-mode tests below compare bit for bit between two settings of one environment switch.
+std::vector<float> decode_and_verify(const Model& model, const std::vector<int32_t>& prompt,
+                                     const std::vector<int32_t>& steps, const std::vector<int32_t>& draft,
+                                     int verifies) {
+  const int64_t V = model.config().vocab_size;
+  std::vector<float> out = run(model, options(Device::kCuda), prompt, steps);
+  Session s(model, options(Device::kCuda));
+  EXPECT_TRUE(s.feed(prompt.data(), int64_t(prompt.size()), nullptr, nullptr).ok());
+  for (int i = 0; i < verifies; ++i) {
+    std::vector<float> v(draft.size() * size_t(V));
+    EXPECT_TRUE(s.verify(draft.data(), int64_t(draft.size()), v.data()).ok());
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+// decode_and_verify with env `name` set to `off`, then to `on` (unset when null): the same bits.
+void expect_same_bits_both_ways(const Model& model, const char* name, const char* off, const char* on,
+                                int prompt_len, uint32_t seed, int n_steps, int verifies) {
+  const int64_t V = model.config().vocab_size;
+  const std::vector<int32_t> prompt = random_prompt(prompt_len, V, seed), steps = random_prompt(n_steps, V, seed + 1),
+                             draft = random_prompt(4, V, seed + 2);
+  ASSERT_EQ(setenv(name, off, 1), 0);
+  const std::vector<float> a = decode_and_verify(model, prompt, steps, draft, verifies);
+  if (on) ASSERT_EQ(setenv(name, on, 1), 0);
+  else unsetenv(name);
+  const std::vector<float> b = decode_and_verify(model, prompt, steps, draft, verifies);
+  unsetenv(name);
+  EXPECT_TRUE(same_bits(a, b)) << name;
+}
+
 // Decode steps replayed from CUDA graphs give the bits of the same steps launched op by op
 // (WEFT_CUDA_GRAPHS=0): the first step of a shape runs eagerly, the second is captured, the rest
-// replay, so 8 steps exercise all three paths; and a verify of 4 rows (its own graphs) too.
+// replay, so 8 steps exercise all three paths; and three verifies of 4 rows (their own graphs) too.
 TEST_P(CudaBackendTest, GraphReplayEqualsEagerLaunches) {
-  const int64_t V = model_->config().vocab_size;
-  const std::vector<int32_t> prompt = random_prompt(40, V, 21), steps = random_prompt(8, V, 22),
-                             draft = random_prompt(4, V, 23);
-  auto decode_and_verify = [&] {
-    std::vector<float> out = run(*model_, options(Device::kCuda), prompt, steps);
-    Session s(*model_, options(Device::kCuda));
-    EXPECT_TRUE(s.feed(prompt.data(), int64_t(prompt.size()), nullptr, nullptr).ok());
-    for (int i = 0; i < 3; ++i) {  // three verifies of the same shape: eager, captured, replayed
-      std::vector<float> v(draft.size() * size_t(V));
-      EXPECT_TRUE(s.verify(draft.data(), int64_t(draft.size()), v.data()).ok());
-      out.insert(out.end(), v.begin(), v.end());
-    }
-    return out;
-  };
-  ASSERT_EQ(setenv("WEFT_CUDA_GRAPHS", "0", 1), 0);
-  const std::vector<float> eager = decode_and_verify();
-  unsetenv("WEFT_CUDA_GRAPHS");
-  const std::vector<float> graphs = decode_and_verify();
-  EXPECT_TRUE(same_bits(eager, graphs));
+  expect_same_bits_both_ways(*model_, "WEFT_CUDA_GRAPHS", "0", nullptr, 40, 21, 8, 3);
 }
 
 // The fused launches of a decode step (residual add + norm, swiglu folded into the product that
 // reads it, moe_gather into the expert products) give the bits of the separate kernels
 // (WEFT_CUDA_FUSE=0), for one-row steps (every fold) and a 4-row verify (the batched forms).
 TEST_P(CudaBackendTest, FusedLaunchesEqualSeparateKernels) {
-  const int64_t V = model_->config().vocab_size;
-  const std::vector<int32_t> prompt = random_prompt(37, V, 31), steps = random_prompt(5, V, 32),
-                             draft = random_prompt(4, V, 33);
-  auto decode_and_verify = [&] {
-    std::vector<float> out = run(*model_, options(Device::kCuda), prompt, steps);
-    Session s(*model_, options(Device::kCuda));
-    EXPECT_TRUE(s.feed(prompt.data(), int64_t(prompt.size()), nullptr, nullptr).ok());
-    std::vector<float> v(draft.size() * size_t(V));
-    EXPECT_TRUE(s.verify(draft.data(), int64_t(draft.size()), v.data()).ok());
-    out.insert(out.end(), v.begin(), v.end());
-    return out;
-  };
-  ASSERT_EQ(setenv("WEFT_CUDA_FUSE", "0", 1), 0);
-  const std::vector<float> separate = decode_and_verify();
-  unsetenv("WEFT_CUDA_FUSE");
-  const std::vector<float> fused = decode_and_verify();
-  EXPECT_TRUE(same_bits(separate, fused));
+  expect_same_bits_both_ways(*model_, "WEFT_CUDA_FUSE", "0", nullptr, 37, 31, 5, 1);
 }
 
-// Programmatic dependent launch (kernels scheduled while their predecessor finishes, weights
-// prefetched into L2 before the wait) changes when kernels run, never what they compute: decode
-// steps (eager, captured and replayed) and a 4-row verify give the bits of plain launches
-// (WEFT_CUDA_PDL=0). A kernel that read its predecessor's output before the wait would race here.
+// Programmatic dependent launch (kernels scheduled while their predecessor finishes) changes when
+// kernels run, never what they compute: decode steps (eager, captured and replayed) and three
+// 4-row verifies give the bits of plain launches (WEFT_CUDA_PDL=0). A kernel that read its
+// predecessor's output before its wait would race here.
 TEST_P(CudaBackendTest, DependentLaunchesEqualPlainLaunches) {
-  const int64_t V = model_->config().vocab_size;
-  const std::vector<int32_t> prompt = random_prompt(45, V, 41), steps = random_prompt(6, V, 42),
-                             draft = random_prompt(4, V, 43);
-  auto decode_and_verify = [&] {
-    std::vector<float> out = run(*model_, options(Device::kCuda), prompt, steps);
-    Session s(*model_, options(Device::kCuda));
-    EXPECT_TRUE(s.feed(prompt.data(), int64_t(prompt.size()), nullptr, nullptr).ok());
-    for (int i = 0; i < 3; ++i) {
-      std::vector<float> v(draft.size() * size_t(V));
-      EXPECT_TRUE(s.verify(draft.data(), int64_t(draft.size()), v.data()).ok());
-      out.insert(out.end(), v.begin(), v.end());
-    }
-    return out;
-  };
-  ASSERT_EQ(setenv("WEFT_CUDA_PDL", "0", 1), 0);
-  const std::vector<float> plain = decode_and_verify();
-  ASSERT_EQ(setenv("WEFT_CUDA_PDL", "1", 1), 0);
-  const std::vector<float> dependent = decode_and_verify();
-  unsetenv("WEFT_CUDA_PDL");
-  EXPECT_TRUE(same_bits(plain, dependent));
+  expect_same_bits_both_ways(*model_, "WEFT_CUDA_PDL", "0", "1", 45, 41, 6, 3);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, CudaBackendTest,
