@@ -415,6 +415,33 @@ TEST(BenchCli, CeilingOnlyVerdicts) {
   EXPECT_NE(text.find("verdict: go: next, estimate the dequantization cost"), std::string::npos) << text;
 }
 
+// --tile-fill: the first depth is prefilled, the deeper one repeats its pages: the JSON says how
+// many tokens of each, the arms' caches hold the whole depth, and a fill that is not whole pages
+// is refused with a message and a non-zero exit.
+TEST(BenchCli, TileFillRepeatsPagesToTheDepth) {
+  std::string text;
+  ASSERT_EQ(test::run_command(bench_cmd("--ctx 64,256 --tile-fill 64 --page-tokens 32 --gen 3 --repeats 2 --batch 2 --json"),
+                              &text), 0) << text;
+  auto j = nlohmann::json::parse(text);
+  ASSERT_EQ(j["depths"].size(), 2u);
+  EXPECT_EQ(j["tile_fill_from"], 64);
+  EXPECT_EQ(j["depths"][0]["prefill_tokens"], 64);
+  EXPECT_EQ(j["depths"][0]["tiled_tokens"], 0);
+  EXPECT_GT(j["depths"][0]["prefill_tok_s"].get<double>(), 0);
+  EXPECT_EQ(j["depths"][1]["prefill_tokens"], 0);
+  EXPECT_EQ(j["depths"][1]["tiled_tokens"], 192);
+  EXPECT_TRUE(j["depths"][1]["prefill_tok_s"].is_null());
+  ASSERT_EQ(j["depths"][1]["arms"].size(), 2u);
+  for (const auto& [type, a] : j["depths"][1]["arms"].items()) {
+    EXPECT_GE(a["kv_bytes_allocated"].get<uint64_t>(), a["kv_bytes_model"].get<uint64_t>()) << type;
+    EXPECT_GT(a["tok_s"].get<double>(), 0) << type;
+  }
+  EXPECT_FALSE(j["depths"][1]["batch"].is_null());
+  EXPECT_NE(test::run_command(test::weft_binary() + " bench --synthetic tiny --bandwidth-mib 16 -q --ctx 64,256 "
+                              "--tile-fill 48 --page-tokens 32 --gen 2 --repeats 1 2>&1", &text), 0);
+  EXPECT_NE(text.find("--tile-fill must be a positive multiple of the page size"), std::string::npos) << text;
+}
+
 TEST(BenchCli, UsageErrors) {
   std::string text;
   EXPECT_EQ(test::run_command(test::weft_binary() + " bench --no-such-flag 2>&1", &text), 2) << text;

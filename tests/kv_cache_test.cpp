@@ -49,6 +49,41 @@ TEST(KvCache, GrowsInPagesWithoutMovingRows) {
   EXPECT_EQ(cache.view(0).k_row(1, 3), first);
 }
 
+// tile_to (bench --tile-fill): every added position holds the bytes of position p mod base, in
+// every layer, head, K and V, for each cache type; it refuses what it cannot tile, changing nothing.
+TEST(KvCache, TileToRepeatsWholePages) {
+  for (DType type : {DType::kF16, DType::kQ8_0, DType::kQ4_0}) {
+    KvCacheSpec spec{2, 3, 64, type, type, 16};
+    KvCache cache(spec);
+    const int64_t row = spec.n_kv_heads * spec.head_dim;
+    auto k = random_rows(48 * row, 5), v = random_rows(48 * row, 6);
+    for (int64_t l = 0; l < 2; ++l) cache.append(l, k.data(), v.data(), 48);
+    EXPECT_FALSE(cache.tile_to(40)) << "below the filled length";
+    ASSERT_TRUE(cache.tile_to(48 * 3 + 7));  // a partial last page
+    const size_t kb = kv_row_bytes(type, 64);
+    for (int64_t l = 0; l < 2; ++l) {
+      ASSERT_EQ(cache.length(l), 48 * 3 + 7);
+      const KvLayerView view = cache.view(l);
+      for (int64_t p = 48; p < view.length; ++p)
+        for (int64_t h = 0; h < 3; ++h) {
+          ASSERT_EQ(std::memcmp(view.k_row(h, p), view.k_row(h, p % 48), kb), 0) << dtype_name(type) << " " << p;
+          ASSERT_EQ(std::memcmp(view.v_row(h, p), view.v_row(h, p % 48), kb), 0) << dtype_name(type) << " " << p;
+        }
+    }
+  }
+  KvCacheSpec spec{2, 1, 32, DType::kF16, DType::kF16, 16};
+  KvCache odd(spec);
+  auto k = random_rows(20 * 32, 7);
+  odd.append(0, k.data(), k.data(), 20);
+  odd.append(1, k.data(), k.data(), 20);
+  EXPECT_FALSE(odd.tile_to(64)) << "20 tokens are not whole pages";
+  EXPECT_EQ(odd.length(0), 20);
+  odd.append(1, k.data(), k.data(), 12);
+  EXPECT_FALSE(odd.tile_to(64)) << "layers of different lengths";
+  KvCache empty(spec);
+  EXPECT_FALSE(empty.tile_to(64)) << "nothing to repeat";
+}
+
 TEST(KvCache, BytesPerTokenMatchesTypes) {
   KvCacheSpec spec{10, 2, 256, DType::kF16, DType::kF16, 256};
   EXPECT_EQ(KvCache(spec).bytes_per_token(), 20480u);  // Qwen3.5-35B-A3B geometry

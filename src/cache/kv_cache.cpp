@@ -70,6 +70,21 @@ void KvCache::truncate(int64_t length) {
   }
 }
 
+bool KvCache::tile_to(int64_t length) {
+  if (layers_.empty()) return true;
+  const int64_t base = layers_[0].length;
+  for (const Layer& L : layers_)
+    if (L.length != base) return false;
+  if (base <= 0 || base % spec_.page_tokens != 0 || length < base) return false;
+  const size_t n = size_t(base / spec_.page_tokens);
+  for (int64_t l = 0; l < spec_.n_layers; ++l) {
+    grow(l, length - base);
+    Layer& L = layers_[size_t(l)];
+    for (size_t p = n; p < L.pages.size(); ++p) allocator_->copy(L.pages[p], L.pages[p % n], page_bytes());
+  }
+  return true;
+}
+
 KvLayerView KvCache::view(int64_t layer) const {
   const Layer& L = layers_[size_t(layer)];
   KvLayerView v;

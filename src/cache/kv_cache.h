@@ -55,6 +55,14 @@ class KvCache {
   // Drops every token at position >= length in all layers (pages beyond are freed).
   void truncate(int64_t length);
   void clear() { truncate(0); }
+  // Grows every layer to `length` tokens by repeating its existing pages in order (page p gets a
+  // byte copy of page p mod n, n = the pages held now). For decode-speed measurement at depths
+  // too long to prefill (`weft bench --tile-fill`): the tokens it adds carry real rows of the
+  // cache's type, so attention reads exactly the bytes of a prefilled cache of that length, but
+  // they are meaningless as context. Every layer must hold the same number of tokens, a positive
+  // multiple of page_tokens, and length must not be below it; returns false (changing nothing)
+  // otherwise.
+  bool tile_to(int64_t length);
 
   KvLayerView view(int64_t layer) const;
 

@@ -133,6 +133,10 @@ int run_bench_cmd(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--batch", o.batches, "also decode B sequences together for each B (e.g. 1,4,8): aggregate and "
                  "per-sequence tok/s against the batch byte model")->delimiter(',')->check(CLI::PositiveNumber);
+  app.add_option("--tile-fill", o.tile_from, "decode speed at depths too long to prefill: prefill at most N tokens "
+                 "(a multiple of --page-tokens), then repeat their KV pages up to each depth; the decode reads the "
+                 "bytes of a real cache of that depth, but the context is meaningless (no fidelity from it)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--out", out_dir, "write results.json, report.md and bench.svg here");
   bool json = false, quiet = false;
   app.add_flag("--json", json, "print exactly one JSON object on stdout");

@@ -77,6 +77,9 @@ Result<BenchResult> run_bench(const Model& model, const std::string& model_name,
     if (opt.depths[i] <= 0 || (i && opt.depths[i] <= opt.depths[i - 1]))
       return Status::error("--ctx depths must be positive and strictly ascending");
   if (opt.repeats < 1 || opt.gen < 1) return Status::error("--repeats and --gen must be >= 1");
+  if (opt.tile_from < 0 || opt.tile_from % opt.page_tokens != 0)
+    return Status::error("--tile-fill must be a positive multiple of the page size (" + std::to_string(opt.page_tokens) +
+                         " tokens)");
   if (opt.arms.empty()) return Status::error("no --arms");
   for (size_t i = 0; i < opt.batches.size(); ++i)
     if (opt.batches[i] <= 0 || (i && opt.batches[i] <= opt.batches[i - 1]))
@@ -164,28 +167,37 @@ Result<BenchResult> run_bench(const Model& model, const std::string& model_name,
   for (int32_t& id : stream) id = int32_t(rng.below(uint64_t(V)));
   std::vector<float> logits(static_cast<size_t>(V));
   RecurrentState snapshot(recurrent_state_spec(c));
+  int32_t first = 0;  // the token after the prefill (argmax of its last logits)
 
   for (int64_t depth : opt.depths) {
     DepthResult d;
     d.ctx = depth;
     const int64_t from = prefill->position();
-    d.prefill_tokens = depth - from;
-    const auto t0 = Clock::now();
-    // Chunks of 8 batches: a progress line without disturbing the batch shape.
-    const int64_t chunk = opt.prefill_batch * 8;
-    for (int64_t p = from; p < depth;) {
-      const int64_t n = std::min(chunk, depth - p);
-      WEFT_RETURN_IF_ERROR(prefill->feed(stream.data() + p, n, nullptr, p + n == depth ? logits.data() : nullptr));
-      p += n;
-      if (opt.progress)
-        std::fprintf(stderr, "\r[bench] prefill %lld/%lld  %.1f tok/s   ", (long long)p, (long long)depth,
-                     double(p - from) / seconds_since(t0));
+    // With tile_from the prefill stops there and the arms' caches repeat its pages up to depth.
+    const int64_t fed = opt.tile_from > 0 ? std::min(depth, opt.tile_from) : depth;
+    d.prefill_tokens = fed - from;
+    d.tiled_tokens = depth - fed;
+    if (d.prefill_tokens > 0) {
+      const auto t0 = Clock::now();
+      // Chunks of 8 batches: a progress line without disturbing the batch shape.
+      const int64_t chunk = opt.prefill_batch * 8;
+      for (int64_t p = from; p < fed;) {
+        const int64_t n = std::min(chunk, fed - p);
+        WEFT_RETURN_IF_ERROR(prefill->feed(stream.data() + p, n, nullptr, p + n == fed ? logits.data() : nullptr));
+        p += n;
+        if (opt.progress)
+          std::fprintf(stderr, "\r[bench] prefill %lld/%lld  %.1f tok/s   ", (long long)p, (long long)fed,
+                       double(p - from) / seconds_since(t0));
+      }
+      d.prefill_s = seconds_since(t0);
+      d.prefill_tok_s = double(d.prefill_tokens) / d.prefill_s;
+      if (opt.progress) std::fprintf(stderr, "\n");
+      first = argmax(logits.data(), V);
+      snapshot.assign_from(prefill->state().recurrent());
     }
-    d.prefill_s = seconds_since(t0);
-    d.prefill_tok_s = double(d.prefill_tokens) / d.prefill_s;
-    if (opt.progress) std::fprintf(stderr, "\n");
-    const int32_t first = argmax(logits.data(), V);
-    snapshot.assign_from(prefill->state().recurrent());
+    if (opt.progress && d.tiled_tokens > 0)
+      std::fprintf(stderr, "[bench] ctx %lld: KV pages of the first %lld tokens repeated to the depth (--tile-fill)\n",
+                   (long long)depth, (long long)fed);
 
     d.kv_share = kv_share_at(r.footprint, r.kv_bytes_per_token_f16, depth);
     for (DType t : q_types) d.ceilings.push_back({t, kv_ceiling(d.kv_share, kv_ratio(c, t))});
@@ -200,6 +212,7 @@ Result<BenchResult> run_bench(const Model& model, const std::string& model_name,
       release_free_heap();
       const size_t rss_before = process_resident_bytes();
       st.assign_from(prefill->state());
+      WEFT_RETURN_IF_ERROR(st.tile_to(depth));
       const size_t rss_after = process_resident_bytes();
       BenchArmResult ar;
       ar.type = opt.arms[a];
@@ -252,10 +265,15 @@ Result<BenchResult> run_bench(const Model& model, const std::string& model_name,
       bo.threads = opt.threads;
       bo.device = opt.device;
       bo.page_tokens = opt.page_tokens;
-      for (DType t : opt.arms) {
+      for (size_t a = 0; a < opt.arms.size(); ++a) {
+        const DType t = opt.arms[a];
         if (opt.progress)
           std::fprintf(stderr, "[bench] ctx %lld  batched decode (%s)\n", (long long)depth, dtype_name(t));
-        auto arm = run_batch_arm(model, prefill->state(), first, t, depth, r.footprint, bo);
+        // The arm's own context (already in its KV type, tiled where asked): the sequences copy
+        // its pages byte for byte, the same rows the f16 prefill would have been encoded into.
+        ModelState& context = sessions[a]->state();
+        WEFT_RETURN_IF_ERROR(context.rewind(depth, snapshot));
+        auto arm = run_batch_arm(model, context, first, t, depth, r.footprint, bo);
         if (!arm.ok()) return arm.status();
         d.batch.push_back(std::move(arm.value()));
       }

@@ -57,6 +57,11 @@ struct BenchOptions {
   // Batch sizes of the batched decode (lab/bench_batch.h), ascending; empty: no batched decode.
   // 1 is added first when missing (every speed-up is against it).
   std::vector<int64_t> batches;
+  // 0: every depth is prefilled token by token (the default). N > 0 (a multiple of page_tokens):
+  // at most N tokens are prefilled; deeper contexts repeat those KV pages (ModelState::tile_to),
+  // so decode at 128K-256K can be timed without the prefill. Decode speed only: the repeated
+  // rows are real cache rows of each arm's type, but meaningless as context.
+  int64_t tile_from = 0;
 };
 
 struct BenchArmResult {
@@ -77,6 +82,7 @@ struct BenchArmResult {
 struct DepthResult {
   int64_t ctx = 0;
   int64_t prefill_tokens = 0;             // this segment (from the previous depth)
+  int64_t tiled_tokens = 0;               // context past the prefill, repeated pages (tile_from)
   double prefill_s = 0;
   double prefill_tok_s = 0;
   double kv_share = 0;

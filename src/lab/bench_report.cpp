@@ -101,8 +101,9 @@ nlohmann::json bench_json(const BenchResult& r) {
     nlohmann::json e;
     e["ctx"] = d.ctx;
     e["prefill_tokens"] = d.prefill_tokens;
+    e["tiled_tokens"] = d.tiled_tokens;
     e["prefill_s"] = d.prefill_s;
-    e["prefill_tok_s"] = d.prefill_tok_s;
+    e["prefill_tok_s"] = d.prefill_tokens > 0 ? nlohmann::json(d.prefill_tok_s) : nlohmann::json(nullptr);
     e["kv_share"] = d.kv_share;
     e["ceiling"] = nlohmann::json::object();
     for (const auto& [t, v] : d.ceilings) e["ceiling"][dtype_name(t)] = v;
@@ -172,6 +173,7 @@ nlohmann::json bench_json(const BenchResult& r) {
   j["verdict"] = r.options.ceiling_only ? nlohmann::json(r.verdict) : nlohmann::json(nullptr);
   j["energy"] = r.energy_status;
   j["energy_counter_tick_s"] = num(r.energy_tick_s);
+  j["tile_fill_from"] = r.options.tile_from > 0 ? nlohmann::json(r.options.tile_from) : nlohmann::json(nullptr);
   j["wall_s"] = r.wall_s;
   return j;
 }
@@ -196,11 +198,19 @@ std::string bench_markdown(const BenchResult& r) {
   for (size_t i = 0; i < qt.size(); ++i) s += "---:|";
   s += "\n";
   for (const DepthResult& d : r.depths) {
-    std::snprintf(buf, sizeof buf, "| %lld | %lld | %.1f | %.4f |", (long long)d.ctx, (long long)d.prefill_tokens,
-                  d.prefill_tok_s, d.kv_share);
+    const std::string rate = d.prefill_tokens > 0 ? fmt("%.1f", d.prefill_tok_s) : "-";
+    std::snprintf(buf, sizeof buf, "| %lld | %lld | %s | %.4f |", (long long)d.ctx, (long long)d.prefill_tokens,
+                  rate.c_str(), d.kv_share);
     s += buf;
     for (const auto& [t, v] : d.ceilings) s += fmt(" %.4f |", v);
     s += "\n";
+  }
+  if (r.options.tile_from > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "\n--tile-fill: at most %lld tokens were prefilled; deeper contexts repeat their KV pages "
+                  "(decode speed at the depth's bytes; the context itself is meaningless)\n",
+                  (long long)r.options.tile_from);
+    s += buf;
   }
   s += "\n| ctx | arm | tok/s (median) | 95% CI | ratio vs f16 (paired median) | ratio 95% CI (bootstrap) | "
        "ceiling (byte model) | ratio / ceiling [95% CI] | claim | bytes/token (byte model) | KV (byte model) | "

@@ -78,4 +78,14 @@ Status ModelState::rewind(int64_t position, const RecurrentState& recurrent) {
   return Status();
 }
 
+Status ModelState::tile_to(int64_t position) {
+  if (position == position_) return Status();
+  if (!kv_.tile_to(position))
+    return Status::error("cannot tile the KV cache from " + std::to_string(position_) + " to " + std::to_string(position) +
+                         " tokens: the filled length must be a positive multiple of the page size (" +
+                         std::to_string(kv_.spec().page_tokens) + ") and not above the target");
+  position_ = position;
+  return Status();
+}
+
 }  // namespace weft

@@ -42,6 +42,12 @@ class ModelState {
   // not O(context). A position outside [0, position()] is an error and changes nothing: there
   // are no cached rows to rewind to.
   Status rewind(int64_t position, const RecurrentState& recurrent);
+  // Decode-speed measurement only (`weft bench --tile-fill`): extends the sequence to `position`
+  // by repeating its KV pages (KvCache::tile_to); the GDN state stays that of the tokens actually
+  // fed. A decode step afterwards reads the bytes of a `position`-token context, but its logits
+  // mean nothing. Needs position() to be a positive multiple of the page size, not above
+  // `position`; an error otherwise, changing nothing.
+  Status tile_to(int64_t position);
 
   KvCache& kv() { return kv_; }
   const KvCache& kv() const { return kv_; }
