@@ -137,6 +137,8 @@ int run_bench_cmd(int argc, char** argv) {
                  "(a multiple of --page-tokens), then repeat their KV pages up to each depth; the decode reads the "
                  "bytes of a real cache of that depth, but the context is meaningless (no fidelity from it)")
       ->check(CLI::PositiveNumber);
+  int64_t ctx_max = 0;
+  add_ctx_max_flag(app, &ctx_max);
   app.add_option("--out", out_dir, "write results.json, report.md and bench.svg here");
   bool json = false, quiet = false;
   app.add_flag("--json", json, "print exactly one JSON object on stdout");
@@ -199,7 +201,7 @@ int run_bench_cmd(int argc, char** argv) {
   }
   auto model = in_memory ? Model::load(std::move(in_memory)) : Model::load(model_dir);
   if (!model.ok()) return fail(model.status());
-  if (Status s = check_bench_context(model.value()->config(), o.depths, o.gen, o.ceiling_only ? std::vector<DType>{DType::kF16} : o.arms); !s.ok()) return fail(s);
+  if (Status s = check_bench_context(model.value()->config(), o.depths, o.gen, o.ceiling_only ? std::vector<DType>{DType::kF16} : o.arms, ctx_max); !s.ok()) return fail(s);
   auto result = lab::run_bench(*model.value(), label, o);
   if (!result.ok()) return fail(result.status());
   const lab::BenchResult& r = result.value();
