@@ -269,6 +269,13 @@ TEST_P(CudaBackendTest, FusedLaunchesEqualSeparateKernels) {
   expect_same_bits_both_ways(*model_, "WEFT_CUDA_FUSE", "0", nullptr, 37, 31, 5, 1);
 }
 
+// The routed experts' down projection with moe_combine and the shared expert's down projection in
+// one launch (one-row steps; cuda::down_combine) gives the bits of the launches apart
+// (WEFT_CUDA_FUSE_MOE_DOWN=0: down, combine, swiglu + shared down), decode steps and a verify.
+TEST_P(CudaBackendTest, DownCombineEqualsSeparateLaunches) {
+  expect_same_bits_both_ways(*model_, "WEFT_CUDA_FUSE_MOE_DOWN", "0", nullptr, 33, 51, 5, 1);
+}
+
 // Programmatic dependent launch (kernels scheduled while their predecessor finishes) changes when
 // kernels run, never what they compute: decode steps (eager, captured and replayed) and three
 // 4-row verifies give the bits of plain launches (WEFT_CUDA_PDL=0). A kernel that read its
