@@ -11,7 +11,7 @@
 #   FULL_PLAIN=1: that with plain launches too; UNFUSED=0 / ROWS1=1: skip / add those arms;
 #   TESTS_ONCE=1: the CUDA tests only with the default settings; NOPDL=0 / PREFETCH=0: skip those
 #   arms; SWITCHES=1: one arm per switch of the third round (WEFT_CUDA_FUSE_MOE_DOWN=0,
-#   WEFT_CUDA_FUSE_ROUTE=0, WEFT_CUDA_MATVEC_ROWS=2, all three); BEFORE_SRC=dir: another source
+#   WEFT_CUDA_FUSE_ROUTE=0, WEFT_CUDA_MATVEC_ROWS=2, all three with SWITCHES_NONE=1); BEFORE_SRC=dir: another source
 #   tree (e.g. main's) built into dir/build-before meanwhile and benched as the "before" arm)
 set -u
 cd "$(dirname "$0")/../.."
@@ -65,7 +65,7 @@ if [ "${SWITCHES:-0}" = 1 ]; then
   WEFT_CUDA_FUSE_MOE_DOWN=0 lim 100 "$W" $B --arms f16 --repeats 3 --out "$OUT/bench_4k_nodown" > "$OUT/bench_4k_nodown.log" 2>&1
   WEFT_CUDA_FUSE_ROUTE=0 lim 100 "$W" $B --arms f16 --repeats 3 --out "$OUT/bench_4k_noroute" > "$OUT/bench_4k_noroute.log" 2>&1
   WEFT_CUDA_MATVEC_ROWS=2 lim 100 "$W" $B --arms f16 --repeats 3 --out "$OUT/bench_4k_rows2" > "$OUT/bench_4k_rows2.log" 2>&1
-  WEFT_CUDA_FUSE_MOE_DOWN=0 WEFT_CUDA_FUSE_ROUTE=0 WEFT_CUDA_MATVEC_ROWS=2 lim 100 "$W" $B --arms f16 --repeats 3 \
+  [ "${SWITCHES_NONE:-0}" = 1 ] && WEFT_CUDA_FUSE_MOE_DOWN=0 WEFT_CUDA_FUSE_ROUTE=0 WEFT_CUDA_MATVEC_ROWS=2 lim 100 "$W" $B --arms f16 --repeats 3 \
     --out "$OUT/bench_4k_none" > "$OUT/bench_4k_none.log" 2>&1
 fi
 [ "${ROWS1:-0}" = 1 ] && WEFT_CUDA_MATVEC_ROWS=1 lim 100 "$W" $B --arms f16 --repeats 3 --energy --out "$OUT/bench_4k_rows1" \
@@ -84,6 +84,17 @@ if [ -n "$NCU" ] && [ "${NCU_STEP:-1}" = 1 ]; then
     --ignore-eos > "$OUT/ncu.csv" 2> "$OUT/ncu.log"
   python3 tools/gpu/ncu-step.py < "$OUT/ncu.csv" > "$OUT/ncu_step.md" 2>> "$OUT/ncu.log"
   echo "### ncu"; head -40 "$OUT/ncu_step.md"; tail -3 "$OUT/ncu.log"
+fi
+# Achieved DRAM bandwidth of the product kernels (NCU_BW=1): duration, DRAM bytes, grid, registers
+# of NCU_BW_COUNT launches of the one-token products in graph-free decode steps (ncu-bw.py).
+if [ -n "$NCU" ] && [ "${NCU_BW:-0}" = 1 ]; then
+  seq 1 8 | tr '\n' ' ' > "$OUT/ids8.txt"
+  WEFT_CUDA_GRAPHS=0 lim "${NCU_BW_S:-120}" "$NCU" --metrics \
+    gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size,launch__registers_per_thread --csv \
+    -k regex:"matvec|down_combine|matmul_kernel" --launch-skip "${NCU_BW_SKIP:-400}" --launch-count "${NCU_BW_COUNT:-250}" \
+    "$W" generate --device cuda -m "$MODEL" --ids-file "$OUT/ids8.txt" -n 12 --ignore-eos > "$OUT/ncu_bw.csv" 2> "$OUT/ncu_bw.log"
+  python3 tools/gpu/ncu-bw.py < "$OUT/ncu_bw.csv" > "$OUT/ncu_bw.md" 2>> "$OUT/ncu_bw.log"
+  echo "### ncu bandwidth"; head -30 "$OUT/ncu_bw.md"; tail -3 "$OUT/ncu_bw.log"
 fi
 if [ -n "${EXTRA:-}" ]; then lim "${EXTRA_S:-120}" bash -c "$EXTRA" > "$OUT/extra.log" 2>&1; tail -40 "$OUT/extra.log"; fi
 
