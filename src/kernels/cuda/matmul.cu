@@ -168,10 +168,12 @@ __device__ __forceinline__ void unpack8(const Raw8& r, float* out) {
 // whole 2048-column bf16 row per warp when R = 1) is issued before the first fma, so a pass costs
 // one memory round trip; with R = 2 each activation load serves two rows. Rows r >= n_rows are
 // neither read nor summed (their result is garbage and not stored).
-template <DType D, bool SWIGLU, int R>
+// WIDE (R = 1): twice the groups in flight per pass (a whole 4096-column bf16 row).
+template <DType D, bool SWIGLU, int R, bool WIDE = false>
 __device__ __forceinline__ void matvec_rows(const uint8_t* const* rows, int n_rows, int64_t K, const float* x,
                                             int lane, const float* up, float* out) {
-  constexpr int G = (D == DType::kF32 ? kMatvecGroups / 2 : kMatvecGroups) / R;
+  static_assert(!WIDE || R == 1, "wide passes for one row per warp");
+  constexpr int G = (D == DType::kF32 ? kMatvecGroups / 2 : kMatvecGroups) / R * (WIDE ? 2 : 1);
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
@@ -269,7 +271,7 @@ __device__ void route_in_last_block(const RouteTail& t, float* shared) {
   if (threadIdx.x == 0) *t.counter = 0u;
 }
 
-template <DType D, int SW, int R, bool TAIL = false>
+template <DType D, int SW, int R, bool TAIL = false, bool WIDE = false>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
     matvec_multi_kernel(MatvecJobs jobs, MatvecBlocks blocks, int64_t K, const float* x, const float* up,
                         bool prefetch, RouteTail tail) {
@@ -291,7 +293,7 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
   }
   if (n_rows > 0) {
     float v[R];
-    matvec_rows<D, SW == kSwigluDirect, R>(rows, n_rows, K, x, threadIdx.x % 32, up, v);
+    matvec_rows<D, SW == kSwigluDirect, R, WIDE>(rows, n_rows, K, x, threadIdx.x % 32, up, v);
     if (threadIdx.x % 32 == 0)
       for (int r = 0; r < n_rows; ++r) jobs.y[j][n0 + r] = v[r];
   }
@@ -332,6 +334,18 @@ int matvec_multi_rows_per_warp(int64_t rows) {
   if (forced) return matvec_rows_per_warp();
   return rows < kSmallLaunchBlocks * kMatvecWarps * 2 ? 1 : 2;
 }
+// Whether one-row-per-warp launches of K >= kWidePassK plain products keep twice the loads in
+// flight per pass (matvec_rows' WIDE: the out projections' 4096-column rows in one pass instead of
+// two; measured per kernel at 1.3 TB/s before, docs/results.md §10). WEFT_CUDA_MATVEC_WIDE=0 turns
+// it off. Same bits (same per-lane order; only the loads issued before the first fma). Read once.
+constexpr int64_t kWidePassK = 4096;
+bool matvec_wide() {
+  static const bool on = [] {
+    const char* e = std::getenv("WEFT_CUDA_MATVEC_WIDE");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
 
 // The routed experts of a one-row routing (decode): blockIdx.y picks the expert slot (each
 // selected expert holds exactly that one row), blockIdx.z the projection.
@@ -369,9 +383,35 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
     for (int r = 0; r < n_rows; ++r) j.y[b * j.ldy + n0 + r] = v[r];
 }
 
-// One warp per output row h (see down_combine in the header). The block first reads the routing
-// (position j's expert, input row and weight table entry) and stages every slot's swiglu input
-// (and the shared expert's) in shared memory: [k][K] then [s_K].
+// Stages swiglu(gate, up) of `n` elements into xs (all threads of the block), kStageBatch
+// elements per thread at a time with every load issued before the first swiglu: a few memory
+// round trips instead of one per slot. Element i of slot j reads input row row_of[j].
+constexpr int kStageBatch = 8;
+__device__ __forceinline__ void stage_slots(float* xs, const float* gate, const float* up, const int32_t* row_of,
+                                            int64_t K, int64_t n) {
+  for (int64_t base = threadIdx.x; base < n; base += int64_t(blockDim.x) * kStageBatch) {
+    float g[kStageBatch], u[kStageBatch];
+#pragma unroll
+    for (int q = 0; q < kStageBatch; ++q) {
+      const int64_t idx = base + int64_t(q) * blockDim.x;
+      if (idx >= n) break;
+      const int64_t j = idx / K, src = int64_t(row_of[j]) * K + (idx - j * K);
+      g[q] = gate[src], u[q] = up[src];
+    }
+#pragma unroll
+    for (int q = 0; q < kStageBatch; ++q) {
+      const int64_t idx = base + int64_t(q) * blockDim.x;
+      if (idx >= n) break;
+      xs[idx] = swiglu_dev(g[q], u[q]);
+    }
+  }
+}
+
+// One warp per output row h (see down_combine in the header). The block reads the routing
+// (position j's expert, input row and weight table entry; the loads of each step together), then
+// each warp issues its first pass of weight loads before the block stages every slot's swiglu
+// input (and the shared expert's) in shared memory ([k][K] then [s_K]), so the weights' latency
+// overlaps the staging.
 template <DType D, int R>
 __global__ void __launch_bounds__(kMatvecWarps * 32) down_combine_kernel(DownCombine a) {
   pdl_begin();
@@ -379,29 +419,24 @@ __global__ void __launch_bounds__(kMatvecWarps * 32) down_combine_kernel(DownCom
   float* xs = reinterpret_cast<float*>(staged4);
   __shared__ const uint8_t* wrow[kMaxDownCombineRows];
   __shared__ int32_t pos[kMaxDownCombineRows];
-  const int nt = min(*a.n_tiles, a.k);
+  __shared__ int32_t zero_row[1];
+  // tile_expert has at least k entries (moe_max_tiles), so it is read before n_tiles is known.
+  const int n_tiles = *a.n_tiles;
+  const int e = int(threadIdx.x) < a.k ? a.tile_expert[threadIdx.x] : 0;
+  const int nt = min(n_tiles, a.k);
   if (int(threadIdx.x) < nt) {
-    const int e = a.tile_expert[threadIdx.x];
     pos[threadIdx.x] = a.expert_begin[e];
     wrow[threadIdx.x] = static_cast<const uint8_t*>(a.w[e]);
   }
-  __syncthreads();
-  for (int j = 0; j < nt; ++j) {
-    const int64_t b = pos[j];
-    for (int64_t i = threadIdx.x; i < a.K; i += blockDim.x)
-      xs[j * a.K + i] = swiglu_dev(a.gate[b * a.K + i], a.up[b * a.K + i]);
-  }
-  float* sxs = xs + int64_t(a.k) * a.K;
-  if (a.sw)
-    for (int64_t i = threadIdx.x; i < a.s_K; i += blockDim.x) sxs[i] = swiglu_dev(a.s_gate[i], a.s_up[i]);
+  if (threadIdx.x == 0) zero_row[0] = 0;
   __syncthreads();
   const int64_t h = int64_t(blockIdx.x) * kMatvecWarps + threadIdx.x / 32;
-  if (h >= a.N) return;
+  const bool active = h < a.N;
   // Row r < nt: expert position r, input xs[r]; row nt (with a shared expert): the shared one.
   // Each row in matvec_rows' per-element order (lane l: groups ≡ l mod 32 in increasing k, fmaf
   // over a group's 8 elements in order, then the xor butterfly); one group per row in flight per
-  // pass, all rows' loads issued before the first fma (few registers: three blocks per SM).
-  const int n_rows = nt + (a.sw ? 1 : 0);
+  // pass, all rows' loads issued before the first fma (few registers: two blocks per SM).
+  const int n_rows = active ? nt + (a.sw ? 1 : 0) : 0;
   const int lane = threadIdx.x % 32;
   const uint8_t* rows[R];
 #pragma unroll
@@ -412,11 +447,17 @@ __global__ void __launch_bounds__(kMatvecWarps * 32) down_combine_kernel(DownCom
   float v[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) v[r] = 0.0f;
-  for (int64_t k0 = int64_t(lane) * 8; k0 < k_max; k0 += 256) {
-    Raw8 raw[R];
+  int64_t k0 = int64_t(lane) * 8;
+  Raw8 raw[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r)
-      if (r < n_rows && k0 < (r == nt ? a.s_K : a.K)) raw[r] = load_raw8<D>(rows[r], k0);
+  for (int r = 0; r < R; ++r)
+    if (r < n_rows && k0 < (r == nt ? a.s_K : a.K)) raw[r] = load_raw8<D>(rows[r], k0);
+  stage_slots(xs, a.gate, a.up, pos, a.K, int64_t(nt) * a.K);
+  float* sxs = xs + int64_t(a.k) * a.K;
+  if (a.sw) stage_slots(sxs, a.s_gate, a.s_up, zero_row, a.s_K, a.s_K);
+  __syncthreads();
+  if (!active) return;
+  for (; k0 < k_max; k0 += 256) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       if (r >= n_rows) break;
@@ -427,12 +468,17 @@ __global__ void __launch_bounds__(kMatvecWarps * 32) down_combine_kernel(DownCom
 #pragma unroll
       for (int j = 0; j < 8; ++j) v[r] = fmaf(wv[j], xv[j], v[r]);
     }
+    if (k0 + 256 < k_max) {
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (r < n_rows && k0 + 256 < (r == nt ? a.s_K : a.K)) raw[r] = load_raw8<D>(rows[r], k0 + 256);
+    }
   }
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) v[r] += __shfl_xor_sync(0xffffffffu, v[r], off);
-  if (threadIdx.x % 32 != 0) return;
+  if (lane != 0) return;
   // moe_combine's sum: positions in increasing order (expert order), weight of the slot there.
   float acc = 0.0f;
 #pragma unroll
@@ -579,11 +625,13 @@ void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x
   const RouteTail t = tail ? *tail : RouteTail{};
   const size_t smem = mode == kSwigluStaged ? size_t(K) * sizeof(float) : tail ? size_t(3 * t.E) * sizeof(float) : 0;
   const bool pf = matvec_prefetch();
+  const bool wide = R == 1 && K >= kWidePassK && matvec_wide();
   switch (dtype) {
 #define WEFT_MATVEC_R(D, RR)                                                                                          \
   (mode == kSwigluStaged   ? launch_pdl(matvec_multi_kernel<D, kSwigluStaged, RR>, grid, threads, smem, stream, jobs, blocks, K, x, up, pf, t) \
    : mode == kSwigluDirect ? launch_pdl(matvec_multi_kernel<D, kSwigluDirect, RR>, grid, threads, 0, stream, jobs, blocks, K, x, up, pf, t) \
    : tail                  ? launch_pdl(matvec_multi_kernel<D, kPlain, RR, true>, grid, threads, smem, stream, jobs, blocks, K, x, nullptr, pf, t) \
+   : wide                  ? launch_pdl(matvec_multi_kernel<D, kPlain, 1, false, true>, grid, threads, 0, stream, jobs, blocks, K, x, nullptr, pf, t) \
                            : launch_pdl(matvec_multi_kernel<D, kPlain, RR>, grid, threads, 0, stream, jobs, blocks, K, x, nullptr, pf, t))
 #define WEFT_MATVEC(D) (R == 2 ? WEFT_MATVEC_R(D, 2) : WEFT_MATVEC_R(D, 1))
     case DType::kF32: WEFT_MATVEC(DType::kF32); break;
