@@ -16,12 +16,9 @@ namespace {
 constexpr int kTopkThreads = 256;
 constexpr int kMaxK = 64;
 
-// (v, i) beats (bv, bi): larger probability, or the same probability and a lower expert id —
-// the CPU's partial_sort comparator. Ids are distinct, so the winner is unique whatever the order
-// the candidates are compared in.
-__device__ __forceinline__ void keep_better(float& bv, int& bi, float v, int i) {
-  if (v > bv || (v == bv && i < bi)) bv = v, bi = i;
-}
+// (w, o) beats (v, e): larger probability, or the same probability and a lower expert id — the
+// CPU's partial_sort comparator; a total order on distinct ids (NaN beats nothing).
+__device__ __forceinline__ bool beats(float w, int o, float v, int e) { return w > v || (w == v && o < e); }
 
 __device__ float block_max(float m) {
   __shared__ float wm[32];
@@ -35,12 +32,11 @@ __device__ float block_max(float m) {
   return m;
 }
 
-// Row `r`: softmax in place, then k rounds of block argmax. `shared`: 2E floats. Returns the
-// chosen experts in slot order (shared memory, valid after a barrier).
+// Row `r`: softmax in place, then the top k by rank. `shared`: 2E floats. Returns the chosen
+// experts in slot order (shared memory, valid after a barrier).
 __device__ const int* topk_row(float* shared, int64_t r, float* logits, int E, int K, bool renormalize,
                          int32_t* slot_expert, float* slot_weight) {
   float* p = shared;      // probabilities
-  float* cand = p + E;    // probabilities of the experts not chosen yet (chosen: −1)
   __shared__ float inv;
   __shared__ int chosen[kMaxK];
   float* row = logits + r * E;
@@ -61,27 +57,22 @@ __device__ const int* topk_row(float* shared, int64_t r, float* logits, int E, i
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     const float v = p[e] * inv;
     p[e] = v;
-    cand[e] = v;
     row[e] = v;
   }
   __syncthreads();
-  // k rounds of argmax by warp 0 alone (shuffles, no block barriers): lane l scans the experts
-  // e ≡ l (mod 32); the winner's lane marks it taken. keep_better is a total order, so the winner
-  // does not depend on the order of comparisons.
-  if (threadIdx.x < 32) {
-    for (int j = 0; j < K; ++j) {
-      float bv = -2.0f;
-      int bi = 0x7fffffff;
-      for (int e = threadIdx.x; e < E; e += 32) keep_better(bv, bi, cand[e], e);
-      for (int off = 16; off > 0; off >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-        keep_better(bv, bi, ov, oi);
-      }
-      if (threadIdx.x == 0) chosen[j] = bi;
-      if (bi % 32 == int(threadIdx.x)) cand[bi] = -1.0f;
-      __syncwarp();
+  // Top k by rank, all threads at once: expert e's rank is the number of experts that beat it in
+  // `beats`' total order (larger probability, ties to the lower id), so ranks are distinct
+  // and slot j gets the expert of rank j — the order k rounds of argmax would give (and the CPU's
+  // partial_sort), in one pass instead of k dependent rounds. A NaN probability is never chosen.
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    const float v = p[e];
+    if (v != v) continue;
+    int rank = 0;
+    for (int o = 0; o < E && rank < K; ++o) {
+      const float w = p[o];
+      rank += beats(w, o, v, e) ? 1 : 0;
     }
+    if (rank < K) chosen[rank] = e;
   }
   __syncthreads();
   if (threadIdx.x == 0) {
