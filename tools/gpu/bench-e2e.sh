@@ -42,6 +42,9 @@ if [ "${1:-}" != "--no-tests" ] && [ "${TESTS_ONCE:-0}" != 1 ]; then
   # The same tests with one weight row per warp in the one-token products (WEFT_CUDA_MATVEC_ROWS=1).
   WEFT_CUDA_MATVEC_ROWS=1 lim 240 "$BUILD/backend_cuda_test" --gtest_color=no > "$OUT/backend_cuda_test_rows1.log" 2>&1
   grep -E '^\[  (PASSED|FAILED) ' "$OUT/backend_cuda_test_rows1.log" | sort -u | head -30
+  # And with two rows per warp in every one-token product (the default picks by launch size).
+  WEFT_CUDA_MATVEC_ROWS=2 lim 240 "$BUILD/backend_cuda_test" --gtest_color=no > "$OUT/backend_cuda_test_rows2.log" 2>&1
+  grep -E '^\[  (PASSED|FAILED) ' "$OUT/backend_cuda_test_rows2.log" | sort -u | head -30
   # And with plain launches throughout (WEFT_CUDA_PDL=0).
   WEFT_CUDA_PDL=0 lim 240 "$BUILD/backend_cuda_test" --gtest_color=no > "$OUT/backend_cuda_test_nopdl.log" 2>&1
   grep -E '^\[  (PASSED|FAILED) ' "$OUT/backend_cuda_test_nopdl.log" | sort -u | head -30
