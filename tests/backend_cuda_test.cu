@@ -277,10 +277,11 @@ TEST_P(CudaBackendTest, DownCombineEqualsSeparateLaunches) {
   expect_same_bits_both_ways(*model_, "WEFT_CUDA_FUSE_MOE_DOWN", "0", nullptr, 33, 51, 5, 1);
 }
 
-// A one-row routing run by the last block of the router's product launch (cuda::RouteTail) gives
-// the bits of the routing in its own launch (WEFT_CUDA_FUSE_ROUTE=0): decode steps and a verify.
+// A one-row routing run by the last block of the router's product launch (cuda::RouteTail,
+// WEFT_CUDA_FUSE_ROUTE=1; off by default) gives the bits of the routing in its own launch: decode
+// steps and a verify.
 TEST_P(CudaBackendTest, RoutingInTheRouterLaunchEqualsItsOwnLaunch) {
-  expect_same_bits_both_ways(*model_, "WEFT_CUDA_FUSE_ROUTE", "0", nullptr, 35, 61, 6, 1);
+  expect_same_bits_both_ways(*model_, "WEFT_CUDA_FUSE_ROUTE", "0", "1", 35, 61, 6, 1);
 }
 
 // Programmatic dependent launch (kernels scheduled while their predecessor finishes) changes when

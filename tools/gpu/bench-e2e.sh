@@ -11,7 +11,8 @@
 #   FULL_PLAIN=1: that with plain launches too; UNFUSED=0 / ROWS1=1: skip / add those arms;
 #   TESTS_ONCE=1: the CUDA tests only with the default settings; NOPDL=0 / PREFETCH=0: skip those
 #   arms; SWITCHES=1: one arm per switch of the third round (WEFT_CUDA_FUSE_MOE_DOWN=0,
-#   WEFT_CUDA_FUSE_ROUTE=0, WEFT_CUDA_MATVEC_ROWS=2, WEFT_CUDA_MATVEC_WIDE=0; all four with SWITCHES_NONE=1); BEFORE_SRC=dir: another source
+#   WEFT_CUDA_FUSE_ROUTE=1 (off by default), WEFT_CUDA_MATVEC_ROWS=2, WEFT_CUDA_MATVEC_WIDE=0; the
+#   three defaults off with SWITCHES_NONE=1); BEFORE_SRC=dir: another source
 #   tree (e.g. main's) built into dir/build-before meanwhile and benched as the "before" arm)
 set -u
 cd "$(dirname "$0")/../.."
@@ -66,7 +67,7 @@ if [ -n "${BEFORE_SRC:-}" ]; then
 fi
 if [ "${SWITCHES:-0}" = 1 ]; then
   WEFT_CUDA_FUSE_MOE_DOWN=0 lim 100 "$W" $B --arms f16 --repeats 3 --out "$OUT/bench_4k_nodown" > "$OUT/bench_4k_nodown.log" 2>&1
-  WEFT_CUDA_FUSE_ROUTE=0 lim 100 "$W" $B --arms f16 --repeats 3 --out "$OUT/bench_4k_noroute" > "$OUT/bench_4k_noroute.log" 2>&1
+  WEFT_CUDA_FUSE_ROUTE=1 lim 100 "$W" $B --arms f16 --repeats 3 --out "$OUT/bench_4k_route" > "$OUT/bench_4k_route.log" 2>&1
   WEFT_CUDA_MATVEC_ROWS=2 lim 100 "$W" $B --arms f16 --repeats 3 --out "$OUT/bench_4k_rows2" > "$OUT/bench_4k_rows2.log" 2>&1
   WEFT_CUDA_MATVEC_WIDE=0 lim 100 "$W" $B --arms f16 --repeats 3 --out "$OUT/bench_4k_nowide" > "$OUT/bench_4k_nowide.log" 2>&1
   [ "${SWITCHES_NONE:-0}" = 1 ] && WEFT_CUDA_FUSE_MOE_DOWN=0 WEFT_CUDA_FUSE_ROUTE=0 WEFT_CUDA_MATVEC_ROWS=2 WEFT_CUDA_MATVEC_WIDE=0 lim 100 "$W" $B --arms f16 --repeats 3 \
@@ -111,7 +112,7 @@ if [ "${FULL:-0}" = 1 ]; then
     --synthetic qwen3.5-35b-a3b --ctx 4096 --arms f16 --repeats 2 --gen 32 --energy -q --out "$OUT/bench_full_plain" \
     > "$OUT/bench_full_plain.log" 2>&1
 fi
-for f in bench_4k bench_4k_before bench_4k_none bench_4k_nodown bench_4k_noroute bench_4k_rows2 bench_4k_nowide bench_4k_nopdl bench_4k_pf \
+for f in bench_4k bench_4k_before bench_4k_none bench_4k_nodown bench_4k_route bench_4k_rows2 bench_4k_nowide bench_4k_nopdl bench_4k_pf \
   bench_4k_unfused bench_4k_rows1 bench_full bench_full_plain; do
   [ -f "$OUT/$f/report.md" ] && { echo "### $f"; grep -E "decode|tok/s|^\|" "$OUT/$f/report.md" | head -20; }
 done

@@ -179,7 +179,7 @@ class CudaBackend final : public Backend {
     const char* fuse_down = std::getenv("WEFT_CUDA_FUSE_MOE_DOWN");
     fuse_down_on_ = fuse_on_ && !(fuse_down && std::string(fuse_down) == "0");
     const char* fuse_route = std::getenv("WEFT_CUDA_FUSE_ROUTE");
-    fuse_route_on_ = fuse_on_ && !(fuse_route && std::string(fuse_route) == "0");
+    fuse_route_on_ = fuse_on_ && fuse_route && std::string(fuse_route) == "1";
     cuda::set_pdl_enabled(cuda::pdl_enabled_by_env());  // WEFT_CUDA_PDL=0: plain launches
     WEFT_CUDA_CHECK(cudaSetDevice(0));
     WEFT_CUDA_CHECK(cudaStreamCreate(&stream_));
@@ -627,8 +627,8 @@ class CudaBackend final : public Backend {
     recorder_->sig() << __LINE__ << logits << rows << n_experts << k << renormalize << o.slot_expert << o.slot_weight
                      << o.expert_begin << o.sorted_slot << o.slot_pos << o.tile_expert << o.tile_t0 << o.n_tiles
                      << o.experts_touched;
-    // One decode row right after the router's product (and whatever shares its launch): routed
-    // by that launch's last block (cuda::RouteTail), no launch of its own.
+    // WEFT_CUDA_FUSE_ROUTE=1: one decode row right after the router's product (and whatever shares
+    // its launch) is routed by that launch's last block (cuda::RouteTail), no launch of its own.
     bool routed = false;
     if (MatvecRun* m = open_matvec(); m && rows == 1 && fuse_route_on_ && !m->up && !m->tail &&
                                       cuda::route_tail_fits(n_experts, k)) {
@@ -900,7 +900,9 @@ class CudaBackend final : public Backend {
   bool graphs_on_ = true;
   bool fuse_on_ = true;  // WEFT_CUDA_FUSE=0: no fused launches (the before of docs/results.md §10)
   bool fuse_down_on_ = true;  // WEFT_CUDA_FUSE_MOE_DOWN=0: no DownRun (combine, shared down apart)
-  bool fuse_route_on_ = true;  // WEFT_CUDA_FUSE_ROUTE=0: one-row routing in its own launch
+  // WEFT_CUDA_FUSE_ROUTE=1: a one-row routing runs in the router launch's last block (RouteTail).
+  // Off by default: measured slower than its own launch (231.5 vs 227.8 tok/s, docs/results.md §10).
+  bool fuse_route_on_ = false;
   DeviceArray route_counter_;  // cuda::RouteTail's block count (zero between launches)
   std::string name_;
   cudaStream_t stream_ = nullptr;

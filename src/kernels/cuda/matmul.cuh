@@ -90,7 +90,8 @@ struct MatvecJobs {
   float* y[kMaxMatvecJobs] = {};
 };
 // A one-row MoE routing (moe_route's, same bits) run by the block of a matvec_multi launch that
-// finishes last, once every product of the launch is written, instead of in a launch of its own:
+// finishes last, once every product of the launch is written, instead of in a launch of its own
+// (the backend uses it with WEFT_CUDA_FUSE_ROUTE=1 only: measured slower than its own launch):
 // `logits` is one of the launch's outputs (the router's). counter: a device unsigned, zero before
 // the launch and zero again after it (the last block resets it), so graphs replay it as it is.
 struct RouteTail {
