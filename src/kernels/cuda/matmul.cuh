@@ -9,7 +9,8 @@
 // split-invariant, and run to run identical. A warp computes 4 weight rows x 8 tokens at once
 // (each weight load serves 8 tokens, each activation load 4 rows). One token (T = 1, decode) takes
 // a kernel of one or two weight rows per warp with the same per-element order (more blocks, a
-// whole row's loads in flight; WEFT_CUDA_MATVEC_ROWS=1|2, default 2).
+// whole row's loads in flight; one row per warp for small launches, else two; WEFT_CUDA_MATVEC_ROWS=1|2
+// forces one).
 #pragma once
 
 #include <cuda_runtime.h>
