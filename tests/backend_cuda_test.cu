@@ -17,6 +17,7 @@
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "io/safetensors.h"
+#include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/moe_route.cuh"
 #include "test_util.h"
 
@@ -269,6 +270,20 @@ TEST_P(CudaBackendTest, FusedLaunchesEqualSeparateKernels) {
   expect_same_bits_both_ways(*model_, "WEFT_CUDA_FUSE", "0", nullptr, 37, 31, 5, 1);
 }
 
+// The routed experts' down projection with moe_combine and the shared expert's down projection in
+// one launch (one-row steps; cuda::down_combine) gives the bits of the launches apart
+// (WEFT_CUDA_FUSE_MOE_DOWN=0: down, combine, swiglu + shared down), decode steps and a verify.
+TEST_P(CudaBackendTest, DownCombineEqualsSeparateLaunches) {
+  expect_same_bits_both_ways(*model_, "WEFT_CUDA_FUSE_MOE_DOWN", "0", nullptr, 33, 51, 5, 1);
+}
+
+// A one-row routing run by the last block of the router's product launch (cuda::RouteTail,
+// WEFT_CUDA_FUSE_ROUTE=1; off by default) gives the bits of the routing in its own launch: decode
+// steps and a verify.
+TEST_P(CudaBackendTest, RoutingInTheRouterLaunchEqualsItsOwnLaunch) {
+  expect_same_bits_both_ways(*model_, "WEFT_CUDA_FUSE_ROUTE", "0", "1", 35, 61, 6, 1);
+}
+
 // Programmatic dependent launch (kernels scheduled while their predecessor finishes) changes when
 // kernels run, never what they compute: decode steps (eager, captured and replayed) and three
 // 4-row verifies give the bits of plain launches (WEFT_CUDA_PDL=0). A kernel that read its
@@ -368,6 +383,50 @@ TEST(CudaMoeRoute, SameRoutingAsTheHost) {
   ASSERT_EQ(cudaMemcpy(&got, touched, sizeof got, cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_EQ(got, touched_expected);
   cudaFree(touched);
+}
+
+// The one-token products (cuda::matvec_multi: one or two rows per warp by launch size, whole
+// 4096-column rows in flight for K >= 4096) give each token the bits of its row in a batched
+// product (the tile kernel, T > 1), on bf16 weights of the decode shapes and odd ones; several jobs
+// in one launch give the bits of each alone.
+TEST(CudaMatvec, OneTokenEqualsItsRowInABatch) {
+  if (Status s = check_device(Device::kCuda); !s.ok()) GTEST_SKIP() << "no GPU here: " << s.message();
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t T = 5;
+  for (const auto& [N, K] : std::vector<std::pair<int64_t, int64_t>>{{2048, 4096}, {37, 4104}, {1089, 2048}, {5000, 2056}, {9, 8200}}) {
+    std::vector<uint16_t> w(size_t(N * K));
+    for (auto& v : w) {
+      const float f = nd(rng);
+      uint32_t b;
+      std::memcpy(&b, &f, 4);
+      v = uint16_t(b >> 16);
+    }
+    std::vector<float> x(size_t(T * K));
+    for (auto& v : x) v = nd(rng);
+    void *dw = nullptr, *dx = nullptr, *dy = nullptr, *dy1 = nullptr;
+    ASSERT_EQ(cudaMalloc(&dw, w.size() * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dx, x.size() * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dy, size_t(T * N) * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dy1, size_t(2 * N) * 4), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dw, w.data(), w.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    cuda::matmul(DType::kBF16, dw, size_t(K) * 2, N, K, static_cast<float*>(dx), K, T, static_cast<float*>(dy), N, nullptr);
+    const std::vector<float> batch = get(static_cast<float*>(dy), T * N);
+    const std::string what = "N " + std::to_string(N) + ", K " + std::to_string(K);
+    for (int64_t t = 0; t < T; ++t) {
+      // Two jobs (the same matrix, two outputs) in one launch: twice the rows of the launch.
+      cuda::MatvecJobs jobs;
+      jobs.n = t % 2 ? 2 : 1;
+      for (int j = 0; j < jobs.n; ++j)
+        jobs.w[j] = dw, jobs.row_bytes[j] = size_t(K) * 2, jobs.N[j] = N, jobs.y[j] = static_cast<float*>(dy1) + j * N;
+      cuda::matvec_multi(DType::kBF16, jobs, K, static_cast<float*>(dx) + t * K, nullptr);
+      const std::vector<float> one = get(static_cast<float*>(dy1), jobs.n * N);
+      for (int j = 0; j < jobs.n; ++j)
+        EXPECT_EQ(std::memcmp(one.data() + j * N, batch.data() + t * N, size_t(N) * 4), 0) << what << ", token " << t << ", job " << j;
+    }
+    cudaFree(dw), cudaFree(dx), cudaFree(dy), cudaFree(dy1);
+  }
 }
 
 // Runs everywhere: without a GPU (or without CUDA in the build) `--device cuda` is a clear error.

@@ -57,6 +57,7 @@ enum class Buf : int {
   kA, kB, kC, kD, kE,                // projections (sized by the layer that uses them)
   kRopeCos, kRopeSin,                // [R, rotary_dim / 2]
   kRouter, kMoeIn, kMoeG, kMoeU, kMoeOut, kMoeGate,  // MoE work
+  kSharedG, kSharedU,                // the shared expert's gate / up [R, shared intermediate]
   kLogitsIn, kLogits,                // rows of the output head
   kCount
 };

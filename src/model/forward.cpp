@@ -229,6 +229,16 @@ void moe_layer(const ModelConfig& c, const FfnWeights& w, int64_t R, const float
   // backend runs both products in one launch (the result is the same wherever it is computed).
   float* sg = w.has_shared_expert ? be.buffer(Buf::kMoeGate, R) : nullptr;
   if (w.has_shared_expert) be.matmul(w.shared_expert_gate, xn, R, sg);
+  // So do the shared expert's gate and up projections (their own buffers: the routed experts'
+  // run in between); its swiglu and down projection stay after the routed experts.
+  const ExpertWeights& se = w.shared_expert;
+  const int64_t SI = w.has_shared_expert ? se.gate_proj.rows : 0;
+  float* sgate = w.has_shared_expert ? be.buffer(Buf::kSharedG, R * SI) : nullptr;
+  float* sup = w.has_shared_expert ? be.buffer(Buf::kSharedU, R * SI) : nullptr;
+  if (w.has_shared_expert) {
+    be.matmul(se.gate_proj, xn, R, sgate);
+    be.matmul(se.up_proj, xn, R, sup);
+  }
   const MoeRouting route = be.moe_route(logits, R, E, K, c.norm_topk_prob);
   float* xin = be.buffer(Buf::kMoeIn, R * K * H);
   float* gate = be.buffer(Buf::kMoeG, R * K * I);
@@ -243,7 +253,8 @@ void moe_layer(const ModelConfig& c, const FfnWeights& w, int64_t R, const float
   be.moe_combine(route, out, H, y);
   if (w.has_shared_expert) {
     float* shared = be.buffer(Buf::kMoeOut, R * H);  // the routed outputs are already combined
-    mlp(w.shared_expert, xn, R, shared, be);
+    be.swiglu(sgate, sup, sgate, R * SI);  // mlp()'s second half
+    be.matmul(se.down_proj, sgate, R, shared);
     be.add_sigmoid_scaled(y, shared, sg, R, H);
   }
 }

@@ -176,12 +176,17 @@ class CudaBackend final : public Backend {
     graphs_on_ = !profile_.on && !(graphs && std::string(graphs) == "0");
     const char* fuse = std::getenv("WEFT_CUDA_FUSE");
     fuse_on_ = !(fuse && std::string(fuse) == "0");
+    const char* fuse_down = std::getenv("WEFT_CUDA_FUSE_MOE_DOWN");
+    fuse_down_on_ = fuse_on_ && !(fuse_down && std::string(fuse_down) == "0");
+    const char* fuse_route = std::getenv("WEFT_CUDA_FUSE_ROUTE");
+    fuse_route_on_ = fuse_on_ && fuse_route && std::string(fuse_route) == "1";
     cuda::set_pdl_enabled(cuda::pdl_enabled_by_env());  // WEFT_CUDA_PDL=0: plain launches
     WEFT_CUDA_CHECK(cudaSetDevice(0));
     WEFT_CUDA_CHECK(cudaStreamCreate(&stream_));
     recorder_ = std::make_unique<GraphRecorder>(stream_);
     WEFT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&touched_dev_), sizeof(long long)));
     WEFT_CUDA_CHECK(cudaMemset(touched_dev_, 0, sizeof(long long)));
+    WEFT_CUDA_CHECK(cudaMemset(route_counter_.reserve(sizeof(unsigned)), 0, sizeof(unsigned)));
     WEFT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&touched_host_), sizeof(long long)));
     cudaDeviceProp prop{};
     WEFT_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -296,6 +301,12 @@ class CudaBackend final : public Backend {
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override {
     const char* const op = "swiglu";
     recorder_->sig() << __LINE__ << gate << up << out << n;
+    // Right after routed down + combine (the shared expert's swiglu): held by that run, which
+    // takes the shared down projection too when it comes next (see DownRun).
+    if (DownRun* d = open_down(); d && d->combine && !d->sw_held) {
+      d->sw_held = true, d->sw_gate = gate, d->sw_up = up, d->sw_out = out, d->sw_n = n;
+      return;
+    }
     // Folded into the product that reads it when that comes next (see SwigluRun).
     auto run = std::make_shared<SwigluRun>();
     run->gate = gate, run->up = up, run->out = out, run->n = n;
@@ -331,6 +342,16 @@ class CudaBackend final : public Backend {
     // (q/k/v, the GDN input projections, gate/up): same per-element order, fewer launches.
     // (Never when y is x: one launch would read x while writing it.)
     const bool one_token = T == 1 && recorder_->deferring() && y != x && cuda::matmul_vec_ok(wd, rb, K, x, K);
+    // The shared expert's down projection after routed down + combine + its swiglu: joins them.
+    if (DownRun* d = open_down(); one_token && d && d->sw_held && !d->s_w && d->sw_out == x && d->sw_n == K &&
+                                  N == d->job.N && dt == d->type && y != d->sw_gate && y != d->sw_up &&
+                                  y != d->y && y != d->job.x && y != d->job.up &&
+                                  cuda::matmul_vec_ok(wd, rb, K, d->sw_gate, K) &&
+                                  cuda::matmul_vec_ok(wd, rb, K, d->sw_up, K) &&
+                                  cuda::down_combine_fits(d->k, true, d->job.K, K)) {
+      d->s_w = wd, d->s_row_bytes = rb, d->s_K = K, d->s_y = y;
+      return;
+    }
     // swiglu(g, u) -> this product: the product reads g and u and applies swiglu while loading.
     if (SwigluRun* sw = open_swiglu(); one_token && sw && sw->out == x && sw->n == K && y != sw->up &&
                                        y != sw->gate && cuda::matmul_vec_ok(wd, rb, K, sw->gate, K) &&
@@ -354,7 +375,10 @@ class CudaBackend final : public Backend {
       auto run = std::make_shared<MatvecRun>();
       run->x = x, run->K = K, run->type = dt;
       run->jobs.n = 1, run->jobs.w[0] = wd, run->jobs.row_bytes[0] = rb, run->jobs.N[0] = N, run->jobs.y[0] = y;
-      launch(op, [run, this] { cuda::matvec_multi(run->type, run->jobs, run->K, run->x, stream_); });
+      launch(op, [run, this] {
+        if (run->tail) timing_name_ = "matmul+moe_route";
+        cuda::matvec_multi(run->type, run->jobs, run->K, run->x, stream_, nullptr, run->tail ? &*run->tail : nullptr);
+      });
       open_matvec_ = run;
       open_matvec_id_ = recorder_->last_op_id();
       return;
@@ -425,6 +449,23 @@ class CudaBackend final : public Backend {
       const int64_t swiglu_k = swiglu ? max_k : 0;
       recorder_->sig() << __LINE__ << type << djobs << n << max_n << begin << tile_expert << tile_t0 << n_tiles
                        << max_tiles << vec << one_row << swiglu << (ga != nullptr);
+      // The routed down projection of one decode row (swiglu folded): moe_combine, the shared
+      // expert's swiglu and down projection may join it (DownRun); otherwise as below.
+      if (swiglu && n == 1 && types.size() == 1 && fuse_down_on_) {
+        auto run = std::make_shared<DownRun>();
+        run->type = type, run->job = dj[0], run->begin = begin, run->tile_expert = tile_expert, run->n_tiles = n_tiles;
+        launch(op, [=, this] {
+          if (!run->combine) {
+            timing_name_ = "swiglu+grouped_matmul";
+            cuda::expert_matmul(type, djobs, n, max_n, begin, tile_expert, tile_t0, n_tiles, max_tiles, vec, one_row,
+                                swiglu_k, stream_);
+            return;
+          }
+          run_down_combine(*run);
+        });
+        open_fusable(run);
+        continue;
+      }
       launch(swiglu ? "swiglu+grouped_matmul" : ga ? "moe_gather+grouped_matmul" : op, [=, this] {
         cuda::expert_matmul(type, djobs, n, max_n, begin, tile_expert, tile_t0, n_tiles, max_tiles, vec, one_row,
                             swiglu_k, stream_);
@@ -586,7 +627,21 @@ class CudaBackend final : public Backend {
     recorder_->sig() << __LINE__ << logits << rows << n_experts << k << renormalize << o.slot_expert << o.slot_weight
                      << o.expert_begin << o.sorted_slot << o.slot_pos << o.tile_expert << o.tile_t0 << o.n_tiles
                      << o.experts_touched;
-    launch(op, [=, this] { cuda::moe_route(logits, rows, n_experts, k, renormalize, o, stream_); });
+    // WEFT_CUDA_FUSE_ROUTE=1: one decode row right after the router's product (and whatever shares
+    // its launch) is routed by that launch's last block (cuda::RouteTail), no launch of its own.
+    bool routed = false;
+    if (MatvecRun* m = open_matvec(); m && rows == 1 && fuse_route_on_ && !m->up && !m->tail &&
+                                      cuda::route_tail_fits(n_experts, k)) {
+      for (int j = 0; j < m->jobs.n; ++j)
+        if (m->jobs.y[j] == logits && m->jobs.N[j] == n_experts) routed = true;
+      if (routed) {
+        cuda::RouteTail t;
+        t.logits = logits, t.E = int(n_experts), t.K = int(k), t.renormalize = renormalize, t.out = o;
+        t.counter = static_cast<unsigned*>(route_counter_.ptr);
+        m->tail = t;
+      }
+    }
+    if (!routed) launch(op, [=, this] { cuda::moe_route(logits, rows, n_experts, k, renormalize, o, stream_); });
     MoeRouting d;
     d.rows = rows;
     d.k = k;
@@ -618,6 +673,13 @@ class CudaBackend final : public Backend {
     const int32_t* pos = r.slot_pos;
     const int64_t rows = r.rows, k = r.k;
     recorder_->sig() << __LINE__ << expert << weight << pos << rows << k << out << width << y;
+    // Right after the routed down projection of the same one-row routing: computed by that launch.
+    if (DownRun* d = open_down(); d && !d->combine && rows == 1 && r.expert_begin == d->begin && out == d->job.y &&
+                                  width == d->job.N && d->job.ldy == width && d->job.ldx == d->job.K &&
+                                  y != d->job.x && y != d->job.up && cuda::down_combine_fits(int(k), false, d->job.K, 0)) {
+      d->combine = true, d->k = int(k), d->slot_weight = weight, d->sorted_slot = r.sorted_slot, d->y = y;
+      return;
+    }
     launch(op, [=, this] { cuda::moe_combine(expert, weight, pos, rows, k, out, width, y, stream_); });
   }
 
@@ -740,6 +802,43 @@ class CudaBackend final : public Backend {
     int64_t width = 0;
     bool folded = false;
   };
+  // The routed experts' down projection of one decode row (swiglu folded), with what joined it:
+  // moe_combine (combine: the launch writes the combined row y instead of the experts' rows), then
+  // the shared expert's swiglu (held: run after the launch unless the next op takes it), then the
+  // shared expert's down projection reading it (s_w: computed in the same launch, cuda::down_combine).
+  struct DownRun {
+    DType type = DType::kF32;
+    cuda::ExpertMatmulJob job;
+    const int32_t *begin = nullptr, *tile_expert = nullptr, *n_tiles = nullptr;
+    bool combine = false;
+    int k = 0;
+    const float* slot_weight = nullptr;
+    const int32_t* sorted_slot = nullptr;
+    float* y = nullptr;
+    bool sw_held = false;
+    const float *sw_gate = nullptr, *sw_up = nullptr;
+    float* sw_out = nullptr;
+    int64_t sw_n = 0;
+    const void* s_w = nullptr;
+    size_t s_row_bytes = 0;
+    int64_t s_K = 0;
+    float* s_y = nullptr;
+  };
+  void run_down_combine(const DownRun& d) {
+    cuda::DownCombine a;
+    a.w = d.job.w, a.row_bytes = d.job.row_bytes, a.N = d.job.N, a.K = d.job.K, a.gate = d.job.x, a.up = d.job.up;
+    a.k = d.k, a.expert_begin = d.begin, a.tile_expert = d.tile_expert, a.n_tiles = d.n_tiles;
+    a.sorted_slot = d.sorted_slot, a.slot_weight = d.slot_weight, a.y = d.y;
+    if (d.s_w) {
+      a.sw = d.s_w, a.s_row_bytes = d.s_row_bytes, a.s_K = d.s_K, a.s_gate = d.sw_gate, a.s_up = d.sw_up, a.s_y = d.s_y;
+      timing_name_ = "swiglu+grouped_matmul+moe_combine+swiglu+matmul";
+    } else {
+      timing_name_ = "swiglu+grouped_matmul+moe_combine";
+    }
+    cuda::down_combine(d.type, a, stream_);
+    if (d.sw_held && !d.s_w) cuda::swiglu(d.sw_gate, d.sw_up, d.sw_out, d.sw_n, stream_);
+  }
+  std::shared_ptr<DownRun> open_down_;
   std::shared_ptr<ResidualRun> open_residual_;
   std::shared_ptr<SwigluRun> open_swiglu_;
   std::shared_ptr<GatherRun> open_gather_;
@@ -749,10 +848,12 @@ class CudaBackend final : public Backend {
   template <typename Run>
   void open_fusable(const std::shared_ptr<Run>& run) {
     open_residual_.reset(), open_swiglu_.reset(), open_gather_.reset(), open_conv_.reset(), open_gdn_.reset();
+    open_down_.reset();
     if constexpr (std::is_same_v<Run, ResidualRun>) open_residual_ = run;
     else if constexpr (std::is_same_v<Run, SwigluRun>) open_swiglu_ = run;
     else if constexpr (std::is_same_v<Run, ConvRun>) open_conv_ = run;
     else if constexpr (std::is_same_v<Run, GdnRun>) open_gdn_ = run;
+    else if constexpr (std::is_same_v<Run, DownRun>) open_down_ = run;
     else open_gather_ = run;
     open_id_ = recorder_->last_op_id();
   }
@@ -765,6 +866,7 @@ class CudaBackend final : public Backend {
   GatherRun* open_gather() const { return open_run(open_gather_); }
   ConvRun* open_conv() const { return open_run(open_conv_); }
   GdnRun* open_gdn() const { return open_run(open_gdn_); }
+  DownRun* open_down() const { return open_run(open_down_); }
   void run_residual(const ResidualRun& r) {
     const cuda::ResidualArgs& a = r.a;
     if (!a.x) return cuda::add_sigmoid_scaled(a.y, a.shared, a.s, a.rows, a.n, stream_);
@@ -780,9 +882,16 @@ class CudaBackend final : public Backend {
     int64_t K = 0;
     DType type = DType::kF32;
     cuda::MatvecJobs jobs;
+    std::optional<cuda::RouteTail> tail;  // a one-row routing of one of the outputs, run by the last block
   };
   std::shared_ptr<MatvecRun> open_matvec_;
   uint64_t open_matvec_id_ = 0;
+  // The deferred one-token launch the next op may still join (q/k/v, ...; a routing tail).
+  MatvecRun* open_matvec() const {
+    return fuse_on_ && recorder_->deferring() && open_matvec_ && open_matvec_id_ == recorder_->last_op_id()
+               ? open_matvec_.get()
+               : nullptr;
+  }
 
   ThreadPool pool_;
   OpProfile profile_;
@@ -790,6 +899,11 @@ class CudaBackend final : public Backend {
   bool step_forward_ = false;  // inside a forward pass of at most kGraphRows rows
   bool graphs_on_ = true;
   bool fuse_on_ = true;  // WEFT_CUDA_FUSE=0: no fused launches (the before of docs/results.md §10)
+  bool fuse_down_on_ = true;  // WEFT_CUDA_FUSE_MOE_DOWN=0: no DownRun (combine, shared down apart)
+  // WEFT_CUDA_FUSE_ROUTE=1: a one-row routing runs in the router launch's last block (RouteTail).
+  // Off by default: measured slower than its own launch (231.5 vs 227.8 tok/s, docs/results.md §10).
+  bool fuse_route_on_ = false;
+  DeviceArray route_counter_;  // cuda::RouteTail's block count (zero between launches)
   std::string name_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<GraphRecorder> recorder_;

@@ -78,6 +78,9 @@ __device__ __forceinline__ float sigmoid_dev(float x) { return 1.0f / (1.0f + ex
 __device__ __forceinline__ float silu_dev(float x) { return x / (1.0f + expf(-x)); }
 // y + g·x as one fma: the formula of add_sigmoid_scaled, shared with its fused twin (same bits).
 __device__ __forceinline__ float gated_add_dev(float y, float g, float x) { return fmaf(g, x, y); }
+// acc + w·v as one fma: one step of moe_combine's weighted sum, shared with the expert product
+// that folds the combine in (same bits).
+__device__ __forceinline__ float combine_step_dev(float acc, float w, float v) { return fmaf(w, v, acc); }
 // silu(g)·u: the formula of swiglu, shared with the products that fold it into their input.
 __device__ __forceinline__ float swiglu_dev(float g, float u) { return silu_dev(g) * u; }
 __device__ __forceinline__ float softplus_dev(float x) { return x > 20.0f ? x : log1pf(expf(x)); }

@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/moe_route.cuh"
+#include "kernels/cuda/moe_route_dev.cuh"
 
 namespace weft::cuda {
 namespace {
@@ -167,10 +168,12 @@ __device__ __forceinline__ void unpack8(const Raw8& r, float* out) {
 // whole 2048-column bf16 row per warp when R = 1) is issued before the first fma, so a pass costs
 // one memory round trip; with R = 2 each activation load serves two rows. Rows r >= n_rows are
 // neither read nor summed (their result is garbage and not stored).
-template <DType D, bool SWIGLU, int R>
+// WIDE (R = 1): twice the groups in flight per pass (a whole 4096-column bf16 row).
+template <DType D, bool SWIGLU, int R, bool WIDE = false>
 __device__ __forceinline__ void matvec_rows(const uint8_t* const* rows, int n_rows, int64_t K, const float* x,
                                             int lane, const float* up, float* out) {
-  constexpr int G = (D == DType::kF32 ? kMatvecGroups / 2 : kMatvecGroups) / R;
+  static_assert(!WIDE || R == 1, "wide passes for one row per warp");
+  constexpr int G = (D == DType::kF32 ? kMatvecGroups / 2 : kMatvecGroups) / R * (WIDE ? 2 : 1);
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
@@ -253,10 +256,26 @@ __device__ __forceinline__ void prefetch_rows(const uint8_t* const* rows, int n_
       for (int64_t off = int64_t(lane) * 128; off < bytes; off += 32 * 128) prefetch_l2(rows[r] + off);
 }
 
-template <DType D, int SW, int R>
+// RouteTail's routing, by the launch's last block to finish (every thread of every block calls
+// this once its outputs are stored). The fence before the count makes each block's outputs
+// visible device-wide before the last block can see its count; the routing reads them from L2.
+__device__ void route_in_last_block(const RouteTail& t, float* shared) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(t.counter, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  route_one_row(shared, t.logits, t.E, t.K, t.renormalize, t.out);
+  if (threadIdx.x == 0) *t.counter = 0u;
+}
+
+template <DType D, int SW, int R, bool TAIL = false, bool WIDE = false>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
     matvec_multi_kernel(MatvecJobs jobs, MatvecBlocks blocks, int64_t K, const float* x, const float* up,
-                        bool prefetch) {
+                        bool prefetch, RouteTail tail) {
+  static_assert(!TAIL || (SW == kPlain && kMatvecWarps * 32 == kTopkThreads), "the routing tail: plain input, one routing block");
   extern __shared__ float4 staged4[];
   int j = 0;
   while (j + 1 < jobs.n && int(blockIdx.x) >= blocks.begin[j + 1]) ++j;
@@ -272,11 +291,13 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
     stage_swiglu(reinterpret_cast<float*>(staged4), x, up, K);
     x = reinterpret_cast<const float*>(staged4);
   }
-  if (n_rows == 0) return;
-  float v[R];
-  matvec_rows<D, SW == kSwigluDirect, R>(rows, n_rows, K, x, threadIdx.x % 32, up, v);
-  if (threadIdx.x % 32 == 0)
-    for (int r = 0; r < n_rows; ++r) jobs.y[j][n0 + r] = v[r];
+  if (n_rows > 0) {
+    float v[R];
+    matvec_rows<D, SW == kSwigluDirect, R, WIDE>(rows, n_rows, K, x, threadIdx.x % 32, up, v);
+    if (threadIdx.x % 32 == 0)
+      for (int r = 0; r < n_rows; ++r) jobs.y[j][n0 + r] = v[r];
+  }
+  if constexpr (TAIL) route_in_last_block(tail, reinterpret_cast<float*>(staged4));
 }
 
 // Whether the dense one-token products prefetch their weights into L2 before waiting on their
@@ -301,6 +322,29 @@ int matvec_rows_per_warp() {
     return e && std::string(e) == "1" ? 1 : 2;
   }();
   return r;
+}
+// matvec_multi's rows per warp for a launch of `rows` weight rows in all: by default 1 when two
+// would leave fewer than kSmallLaunchBlocks blocks (two per SM of an H200: the router + shared
+// expert launch, the 2048-row out projections), so small products spread over every SM with more
+// rows in flight per SM; else matvec_rows_per_warp(). WEFT_CUDA_MATVEC_ROWS=1|2 forces one
+// setting everywhere. Same bits either way.
+constexpr int64_t kSmallLaunchBlocks = 264;
+int matvec_multi_rows_per_warp(int64_t rows) {
+  static const bool forced = std::getenv("WEFT_CUDA_MATVEC_ROWS") != nullptr;
+  if (forced) return matvec_rows_per_warp();
+  return rows < kSmallLaunchBlocks * kMatvecWarps * 2 ? 1 : 2;
+}
+// Whether one-row-per-warp launches of K >= kWidePassK plain products keep twice the loads in
+// flight per pass (matvec_rows' WIDE: the out projections' 4096-column rows in one pass instead of
+// two; measured per kernel at 1.3 TB/s before, docs/results.md §10). WEFT_CUDA_MATVEC_WIDE=0 turns
+// it off. Same bits (same per-lane order; only the loads issued before the first fma). Read once.
+constexpr int64_t kWidePassK = 4096;
+bool matvec_wide() {
+  static const bool on = [] {
+    const char* e = std::getenv("WEFT_CUDA_MATVEC_WIDE");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
 }
 
 // The routed experts of a one-row routing (decode): blockIdx.y picks the expert slot (each
@@ -337,6 +381,113 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
                                          SW == kSwigluDirect ? j.up + b * j.ldx : nullptr, v);
   if (threadIdx.x % 32 == 0)
     for (int r = 0; r < n_rows; ++r) j.y[b * j.ldy + n0 + r] = v[r];
+}
+
+// Stages swiglu(gate, up) of `n` elements into xs (all threads of the block), kStageBatch
+// elements per thread at a time with every load issued before the first swiglu: a few memory
+// round trips instead of one per slot. Element i of slot j reads input row row_of[j].
+constexpr int kStageBatch = 8;
+__device__ __forceinline__ void stage_slots(float* xs, const float* gate, const float* up, const int32_t* row_of,
+                                            int64_t K, int64_t n) {
+  for (int64_t base = threadIdx.x; base < n; base += int64_t(blockDim.x) * kStageBatch) {
+    float g[kStageBatch], u[kStageBatch];
+#pragma unroll
+    for (int q = 0; q < kStageBatch; ++q) {
+      const int64_t idx = base + int64_t(q) * blockDim.x;
+      if (idx >= n) break;
+      const int64_t j = idx / K, src = int64_t(row_of[j]) * K + (idx - j * K);
+      g[q] = gate[src], u[q] = up[src];
+    }
+#pragma unroll
+    for (int q = 0; q < kStageBatch; ++q) {
+      const int64_t idx = base + int64_t(q) * blockDim.x;
+      if (idx >= n) break;
+      xs[idx] = swiglu_dev(g[q], u[q]);
+    }
+  }
+}
+
+// One warp per output row h (see down_combine in the header). The block reads the routing
+// (position j's expert, input row and weight table entry; the loads of each step together), then
+// each warp issues its first pass of weight loads before the block stages every slot's swiglu
+// input (and the shared expert's) in shared memory ([k][K] then [s_K]), so the weights' latency
+// overlaps the staging.
+template <DType D, int R>
+__global__ void __launch_bounds__(kMatvecWarps * 32) down_combine_kernel(DownCombine a) {
+  pdl_begin();
+  extern __shared__ float4 staged4[];
+  float* xs = reinterpret_cast<float*>(staged4);
+  __shared__ const uint8_t* wrow[kMaxDownCombineRows];
+  __shared__ int32_t pos[kMaxDownCombineRows];
+  __shared__ int32_t zero_row[1];
+  // tile_expert has at least k entries (moe_max_tiles), so it is read before n_tiles is known.
+  const int n_tiles = *a.n_tiles;
+  const int e = int(threadIdx.x) < a.k ? a.tile_expert[threadIdx.x] : 0;
+  const int nt = min(n_tiles, a.k);
+  if (int(threadIdx.x) < nt) {
+    pos[threadIdx.x] = a.expert_begin[e];
+    wrow[threadIdx.x] = static_cast<const uint8_t*>(a.w[e]);
+  }
+  if (threadIdx.x == 0) zero_row[0] = 0;
+  __syncthreads();
+  const int64_t h = int64_t(blockIdx.x) * kMatvecWarps + threadIdx.x / 32;
+  const bool active = h < a.N;
+  // Row r < nt: expert position r, input xs[r]; row nt (with a shared expert): the shared one.
+  // Each row in matvec_rows' per-element order (lane l: groups ≡ l mod 32 in increasing k, fmaf
+  // over a group's 8 elements in order, then the xor butterfly); one group per row in flight per
+  // pass, all rows' loads issued before the first fma (few registers: two blocks per SM).
+  const int n_rows = active ? nt + (a.sw ? 1 : 0) : 0;
+  const int lane = threadIdx.x % 32;
+  const uint8_t* rows[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    rows[r] = a.sw && r == nt ? static_cast<const uint8_t*>(a.sw) + size_t(h) * a.s_row_bytes
+                              : wrow[r < nt ? r : 0] + size_t(h) * a.row_bytes;
+  const int64_t k_max = a.sw && a.s_K > a.K ? a.s_K : a.K;
+  float v[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) v[r] = 0.0f;
+  int64_t k0 = int64_t(lane) * 8;
+  Raw8 raw[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    if (r < n_rows && k0 < (r == nt ? a.s_K : a.K)) raw[r] = load_raw8<D>(rows[r], k0);
+  stage_slots(xs, a.gate, a.up, pos, a.K, int64_t(nt) * a.K);
+  float* sxs = xs + int64_t(a.k) * a.K;
+  if (a.sw) stage_slots(sxs, a.s_gate, a.s_up, zero_row, a.s_K, a.s_K);
+  __syncthreads();
+  if (!active) return;
+  for (; k0 < k_max; k0 += 256) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (r >= n_rows) break;
+      if (k0 >= (r == nt ? a.s_K : a.K)) continue;
+      float wv[8], xv[8];
+      unpack8<D>(raw[r], wv);
+      load_x8<false>(r == nt ? sxs : xs + int64_t(r) * a.K, nullptr, k0, xv);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[r] = fmaf(wv[j], xv[j], v[r]);
+    }
+    if (k0 + 256 < k_max) {
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (r < n_rows && k0 + 256 < (r == nt ? a.s_K : a.K)) raw[r] = load_raw8<D>(rows[r], k0 + 256);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v[r] += __shfl_xor_sync(0xffffffffu, v[r], off);
+  if (lane != 0) return;
+  // moe_combine's sum: positions in increasing order (expert order), weight of the slot there.
+  float acc = 0.0f;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    if (r < nt) acc = combine_step_dev(acc, a.slot_weight[a.sorted_slot[pos[r]]], v[r]);
+  a.y[h] = acc;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    if (a.sw && r == nt) a.s_y[h] = v[r];
 }
 
 template <DType D, bool VEC>
@@ -426,21 +577,62 @@ void expert_matmul(DType dtype, const ExpertMatmulJob* jobs, int64_t n_jobs, int
   WEFT_CUDA_LAUNCHED();
 }
 
+namespace {
+size_t down_combine_smem(int k, int64_t K, int64_t s_K) { return size_t(int64_t(k) * K + s_K) * sizeof(float); }
+}  // namespace
+
+bool down_combine_fits(int k, bool shared, int64_t K, int64_t s_K) {
+  return k >= 1 && k + (shared ? 1 : 0) <= kMaxDownCombineRows && K % 8 == 0 && s_K % 8 == 0 &&
+         down_combine_smem(k, K, shared ? s_K : 0) <= 46 * 1024;  // + the static arrays: within 48 KB
+}
+
+void down_combine(DType dtype, const DownCombine& a, cudaStream_t stream) {
+  const bool shared = a.sw != nullptr;
+  if (!down_combine_fits(a.k, shared, a.K, shared ? a.s_K : 0) || (shared && a.s_K == 0))
+    check(cudaErrorInvalidValue, "down_combine: shape not supported");
+  if (a.N == 0) return;
+  const size_t smem = down_combine_smem(a.k, a.K, shared ? a.s_K : 0);
+  const unsigned grid = blocks_for(a.N, kMatvecWarps), threads = kMatvecWarps * 32;
+  const bool small = a.k + (shared ? 1 : 0) <= 10;
+#define WEFT_DOWN_COMBINE(D) \
+  (small ? launch_pdl(down_combine_kernel<D, 10>, grid, threads, smem, stream, a) \
+         : launch_pdl(down_combine_kernel<D, kMaxDownCombineRows>, grid, threads, smem, stream, a))
+  switch (dtype) {
+    case DType::kF32: WEFT_DOWN_COMBINE(DType::kF32); break;
+    case DType::kF16: WEFT_DOWN_COMBINE(DType::kF16); break;
+    case DType::kBF16: WEFT_DOWN_COMBINE(DType::kBF16); break;
+    default: check(cudaErrorInvalidValue, "down_combine: weight type not yet on CUDA");
+  }
+#undef WEFT_DOWN_COMBINE
+  WEFT_CUDA_LAUNCHED();
+}
+
+bool route_tail_fits(int64_t n_experts, int64_t k) {
+  return k >= 1 && k <= kMaxK && k <= n_experts && size_t(3 * n_experts) * sizeof(float) <= 40 * 1024;
+}
+
 void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x, cudaStream_t stream,
-                  const float* up) {
+                  const float* up, const RouteTail* tail) {
   MatvecBlocks blocks{};
-  const int R = matvec_rows_per_warp();
+  int64_t total_rows = 0;
+  for (int j = 0; j < jobs.n; ++j) total_rows += jobs.N[j];
+  const int R = matvec_multi_rows_per_warp(total_rows);
   for (int j = 0; j < jobs.n; ++j) blocks.begin[j + 1] = blocks.begin[j] + int(blocks_for(jobs.N[j], kMatvecWarps * R));
   if (jobs.n == 0 || blocks.begin[jobs.n] == 0) return;
   const unsigned grid = unsigned(blocks.begin[jobs.n]), threads = kMatvecWarps * 32;
   const SwigluMode mode = swiglu_mode(up != nullptr, K);
-  const size_t smem = mode == kSwigluStaged ? size_t(K) * sizeof(float) : 0;
+  if (tail && (up || !route_tail_fits(tail->E, tail->K))) check(cudaErrorInvalidValue, "matvec_multi: routing tail not supported here");
+  const RouteTail t = tail ? *tail : RouteTail{};
+  const size_t smem = mode == kSwigluStaged ? size_t(K) * sizeof(float) : tail ? size_t(3 * t.E) * sizeof(float) : 0;
   const bool pf = matvec_prefetch();
+  const bool wide = R == 1 && K >= kWidePassK && matvec_wide();
   switch (dtype) {
 #define WEFT_MATVEC_R(D, RR)                                                                                          \
-  (mode == kSwigluStaged   ? launch_pdl(matvec_multi_kernel<D, kSwigluStaged, RR>, grid, threads, smem, stream, jobs, blocks, K, x, up, pf) \
-   : mode == kSwigluDirect ? launch_pdl(matvec_multi_kernel<D, kSwigluDirect, RR>, grid, threads, 0, stream, jobs, blocks, K, x, up, pf) \
-                           : launch_pdl(matvec_multi_kernel<D, kPlain, RR>, grid, threads, 0, stream, jobs, blocks, K, x, nullptr, pf))
+  (mode == kSwigluStaged   ? launch_pdl(matvec_multi_kernel<D, kSwigluStaged, RR>, grid, threads, smem, stream, jobs, blocks, K, x, up, pf, t) \
+   : mode == kSwigluDirect ? launch_pdl(matvec_multi_kernel<D, kSwigluDirect, RR>, grid, threads, 0, stream, jobs, blocks, K, x, up, pf, t) \
+   : tail                  ? launch_pdl(matvec_multi_kernel<D, kPlain, RR, true>, grid, threads, smem, stream, jobs, blocks, K, x, nullptr, pf, t) \
+   : wide                  ? launch_pdl(matvec_multi_kernel<D, kPlain, 1, false, true>, grid, threads, 0, stream, jobs, blocks, K, x, nullptr, pf, t) \
+                           : launch_pdl(matvec_multi_kernel<D, kPlain, RR>, grid, threads, 0, stream, jobs, blocks, K, x, nullptr, pf, t))
 #define WEFT_MATVEC(D) (R == 2 ? WEFT_MATVEC_R(D, 2) : WEFT_MATVEC_R(D, 1))
     case DType::kF32: WEFT_MATVEC(DType::kF32); break;
     case DType::kF16: WEFT_MATVEC(DType::kF16); break;

@@ -9,7 +9,8 @@
 // split-invariant, and run to run identical. A warp computes 4 weight rows x 8 tokens at once
 // (each weight load serves 8 tokens, each activation load 4 rows). One token (T = 1, decode) takes
 // a kernel of one or two weight rows per warp with the same per-element order (more blocks, a
-// whole row's loads in flight; WEFT_CUDA_MATVEC_ROWS=1|2, default 2).
+// whole row's loads in flight; one row per warp for small launches, else two; WEFT_CUDA_MATVEC_ROWS=1|2
+// forces one).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,6 +18,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/cuda/moe_route.cuh"
 
 namespace weft::cuda {
 
@@ -47,6 +49,36 @@ void expert_matmul(DType dtype, const ExpertMatmulJob* jobs, int64_t n_jobs, int
                    const int32_t* n_tiles, int64_t max_tiles, bool vec, bool one_row, int64_t swiglu_k,
                    cudaStream_t stream);
 
+// The routed experts' down projection of a one-row routing (decode) with moe_combine folded in,
+// and optionally the shared expert's down projection: one launch instead of two or three. A warp
+// computes output row h of every selected expert (and of the shared expert), all their loads in
+// flight at once, then y[h] = Σ_j weight_j · down_j[h] over the slots in expert order
+// (moe_combine's order and combine_step_dev). Inputs are swiglu(gate, up) staged once per block.
+// Each dot product has `matmul`'s per-element order: the bits of expert_matmul + moe_combine (+ the
+// shared expert's swiglu + matmul); the experts' own outputs are not written.
+constexpr int kMaxDownCombineRows = 16;  // selected experts + the shared expert
+struct DownCombine {
+  const void* const* w = nullptr;  // [E] device weights of the experts' down projection
+  size_t row_bytes = 0;
+  int64_t N = 0, K = 0;            // N: hidden size; K: expert intermediate size
+  const float *gate = nullptr, *up = nullptr;  // [k, K]: sorted slot j's input is swiglu(gate_j, up_j)
+  int k = 0;                       // slots of the row
+  // The routing (moe_route.cuh): position j's expert is tile_expert[j], its weight
+  // slot_weight[sorted_slot[j]].
+  const int32_t *expert_begin = nullptr, *tile_expert = nullptr, *n_tiles = nullptr, *sorted_slot = nullptr;
+  const float* slot_weight = nullptr;
+  float* y = nullptr;              // [N]: the combined row
+  // The shared expert (sw null: none): y_shared = down_shared · swiglu(s_gate, s_up), N rows.
+  const void* sw = nullptr;
+  size_t s_row_bytes = 0;
+  int64_t s_K = 0;
+  const float *s_gate = nullptr, *s_up = nullptr;
+  float* s_y = nullptr;
+};
+// Whether down_combine takes this shape (rows, staged input size, types); vec: 16-byte loads apply.
+bool down_combine_fits(int k, bool shared, int64_t K, int64_t s_K);
+void down_combine(DType dtype, const DownCombine& a, cudaStream_t stream);
+
 // Several one-token products of the same input row x (q/k/v, the GDN input projections, a gate
 // and an up projection) in one launch; each output element gets `matmul`'s order, so the bits are
 // those of one matmul call per product. All weights of one type, each matmul_vec_ok with x.
@@ -58,9 +90,23 @@ struct MatvecJobs {
   int64_t N[kMaxMatvecJobs] = {};
   float* y[kMaxMatvecJobs] = {};
 };
+// A one-row MoE routing (moe_route's, same bits) run by the block of a matvec_multi launch that
+// finishes last, once every product of the launch is written, instead of in a launch of its own
+// (the backend uses it with WEFT_CUDA_FUSE_ROUTE=1 only: measured slower than its own launch):
+// `logits` is one of the launch's outputs (the router's). counter: a device unsigned, zero before
+// the launch and zero again after it (the last block resets it), so graphs replay it as it is.
+struct RouteTail {
+  float* logits = nullptr;
+  int E = 0, K = 0;
+  bool renormalize = false;
+  MoeRouteOut out;
+  unsigned* counter = nullptr;
+};
+bool route_tail_fits(int64_t n_experts, int64_t k);
 // up set: the input is swiglu(x, up) computed while loading (same bits as swiglu, then the product).
+// tail set: the routing above after the products (plain input only).
 void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x, cudaStream_t stream,
-                  const float* up = nullptr);
+                  const float* up = nullptr, const RouteTail* tail = nullptr);
 
 // True for the weight types this kernel takes.
 bool matmul_supports(DType dtype);

@@ -36,7 +36,8 @@ __global__ void moe_combine_kernel(const int32_t* slot_expert, const float* slot
   __syncthreads();
   for (int64_t h = int64_t(blockIdx.y) * blockDim.x + threadIdx.x; h < width; h += int64_t(gridDim.y) * blockDim.x) {
     float acc = 0.0f;
-    for (int64_t j = 0; j < k; ++j) acc += slot_weight[order[j]] * out[int64_t(slot_pos[order[j]]) * width + h];
+    for (int64_t j = 0; j < k; ++j)
+      acc = combine_step_dev(acc, slot_weight[order[j]], out[int64_t(slot_pos[order[j]]) * width + h]);
     y[t * width + h] = acc;
   }
 }
