@@ -6,8 +6,9 @@
 //  * determinism: run to run bit-identical; a call's result independent of the rest of the batch;
 //    verify and prefill rows bit-identical to decode at the same position;
 //  * bad calls throw;
-//  * both tiled kernels (dim-parallel: f16 default; key-parallel: quantized default), each forced
-//    on every type (KeyParallelSeams; WEFT_CUDA_ATTN_KERNEL=dim|keys for the whole suite).
+//  * the tiled kernels (dim-parallel: f16 default; key-parallel: quantized default, round 6 for
+//    quantized K and V, round 4 for mixes with f16), each forced on every type (KeyParallelSeams;
+//    WEFT_CUDA_ATTN_KERNEL=dim|keys|keys4 for the whole suite).
 // Skips (and says so) without a GPU; it always compiles and links (CI has nvcc but no GPU).
 #include <gtest/gtest.h>
 
@@ -72,14 +73,17 @@ const bool kNoDirect = [] {
   return false;
 }();
 
-// WEFT_CUDA_ATTN_KERNEL=dim / keys: every tiled call on the dim-parallel split kernel
-// (attention_split.cu) or on the key-parallel one (attention_keys.cu) instead of the default by KV
-// type (f16: dim-parallel, quantized: key-parallel); all three settings must pass everything.
+// WEFT_CUDA_ATTN_KERNEL=dim / keys / keys4: every tiled call on the dim-parallel split kernel
+// (attention_split.cu), on the key-parallel ones (attention_qkeys.cu for quantized K and V,
+// attention_keys.cu otherwise), or on the round-4 key-parallel one (attention_keys.cu) for every
+// type, instead of the default by KV type (f16: dim-parallel, quantized: key-parallel); all four
+// settings must pass everything.
 const bool kKernelForced = [] {
   const char* e = std::getenv("WEFT_CUDA_ATTN_KERNEL");
   if (!e || !*e) return false;
   cuda::detail::SplitTuning t = cuda::detail::split_tuning();
-  t.keys_quant = t.keys_f16 = std::string(e) == "keys";
+  t.keys_quant = t.keys_f16 = std::string(e) == "keys" || std::string(e) == "keys4";
+  t.qkeys = std::string(e) != "keys4";
   cuda::detail::set_split_tuning(t);
   return true;
 }();
@@ -432,17 +436,19 @@ TEST(AttentionCuda, DeterministicAndBatchInvariant) {
   EXPECT_EQ(std::memcmp(base.data(), reshaped.data(), base.size() * 4), 0) << "deep call: launch shape";
 }
 
-// The key-parallel kernel's own seams: 16-key warp sub-tiles and 64-key tiles cut by odd lengths
+// The key-parallel kernels' own seams: 16-key warp sub-tiles and 64-key tiles cut by odd lengths
 // and 32-token pages, GQA groups that leave padding rows (1, 3, 12) or fill two n-tiles (16),
-// verify calls of several row groups; and both tiled kernels on the same calls, each within the
-// bounds (they are different kernels: their bits differ, their accuracy must not).
+// verify calls of several row groups, mixed q8_0 / q4_0 K and V; and the three tiled kernels
+// (key-parallel round 6 / round 4, dim-parallel) on the same calls, each within the bounds (they
+// are different kernels: their bits differ, their accuracy must not).
 TEST(AttentionCuda, KeyParallelSeams) {
   REQUIRE_GPU();
   std::mt19937_64 rng(test_seed() + 7);
   const cuda::detail::SplitTuning saved = cuda::detail::split_tuning();
-  for (bool keys : {true, false}) {
+  for (int kernel : {0, 1, 2}) {  // key-parallel (round 6 where it applies), round 4, dim-parallel
     cuda::detail::SplitTuning t = saved;
-    t.keys_quant = t.keys_f16 = keys;
+    t.keys_quant = t.keys_f16 = kernel < 2;
+    t.qkeys = kernel == 0;
     cuda::detail::set_split_tuning(t);
     for (DType ty : kTypes) {
       for (int64_t ctx : {15, 16, 17, 63, 65, 1025}) check_case({ctx, 64, 2, 3, 32, ty, ty}, 1, rng);
@@ -452,6 +458,11 @@ TEST(AttentionCuda, KeyParallelSeams) {
       check_case({303, 128, 2, 12, 64, ty, ty}, 3, rng);   // 36 rows: three row groups
       check_case({520, 64, 1, 16, 32, ty, ty}, 4, rng);    // 64 rows
       check_case({520, 64, 1, 16, 32, ty, ty}, 5, rng);    // 80 rows: the in-block fold
+    }
+    for (int64_t hd : {64, 128, 256}) {  // q8_0 K with q4_0 V and back, every head size
+      check_case({333, hd, 2, 8, 32, DType::kQ8_0, DType::kQ4_0}, 1, rng);
+      check_case({334, hd, 2, 8, 64, DType::kQ4_0, DType::kQ8_0}, 2, rng);
+      check_case({335, hd, 1, 4, 32, DType::kQ4_0, DType::kQ8_0}, 30, rng);  // 120 rows: in-block fold
     }
   }
   cuda::detail::set_split_tuning(saved);
