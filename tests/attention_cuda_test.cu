@@ -87,6 +87,16 @@ const bool kKernelForced = [] {
   cuda::detail::set_split_tuning(t);
   return true;
 }();
+// WEFT_CUDA_ATTN_PIPELINE=0: the round-6 kernel's decode / verify calls take its plain loop
+// instead of the software-pipelined one (the same bits; both must pass everything).
+const bool kPlainLoop = [] {
+  const char* e = std::getenv("WEFT_CUDA_ATTN_PIPELINE");
+  if (!e || std::string(e) != "0") return false;
+  cuda::detail::SplitTuning t = cuda::detail::split_tuning();
+  t.qkeys_pipelined = false;
+  cuda::detail::set_split_tuning(t);
+  return true;
+}();
 
 uint64_t test_seed() {
   static const uint64_t seed = [] {
@@ -480,6 +490,44 @@ TEST(AttentionCuda, KeyParallelSeams) {
             << type_name(ty) << " T " << T << ": row " << i << " differs from decode";
       }
     }
+  }
+}
+
+// The round-6 kernel's software-pipelined loop runs the plain loop's arithmetic in the same order:
+// the same bits for decode and verify calls of every K/V type pair, head size and odd length
+// (sub-tiles cut by the end, splits and runs of splits, GQA groups with padding rows).
+TEST(AttentionCuda, PipelinedLoopEqualsPlainLoop) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(test_seed() + 8);
+  const cuda::detail::SplitTuning saved = cuda::detail::split_tuning();
+  struct P {
+    int64_t ctx, hd, n_kv, group, page, T;
+    DType k, v;
+  };
+  const P cases[] = {{5000, 256, 2, 8, 256, 1, DType::kQ8_0, DType::kQ8_0},
+                     {4099, 256, 2, 8, 64, 1, DType::kQ4_0, DType::kQ4_0},
+                     {40001, 256, 2, 8, 256, 1, DType::kQ8_0, DType::kQ4_0},
+                     {1025, 128, 1, 3, 32, 1, DType::kQ4_0, DType::kQ8_0},
+                     {63, 64, 2, 4, 96, 2, DType::kQ8_0, DType::kQ8_0},  // verify, 8 rows: pipelined
+                     {601, 256, 2, 8, 256, 3, DType::kQ8_0, DType::kQ8_0},  // verify, 24 rows: plain in both
+                     {17, 256, 1, 1, 32, 1, DType::kQ4_0, DType::kQ4_0}};
+  for (const P& p : cases) {
+    auto L = make_layer(p.ctx, p.n_kv, p.hd, p.k, p.v, p.page, rng);
+    const int64_t n_heads = p.n_kv * p.group;
+    const auto q = random_q(p.T, n_heads, p.hd, rng);
+    std::vector<float> out[2];
+    for (int pipe = 0; pipe < 2; ++pipe) {
+      cuda::detail::SplitTuning t = saved;
+      t.keys_quant = t.qkeys = true;
+      t.qkeys_pipelined = pipe == 1;
+      cuda::detail::set_split_tuning(t);
+      out[pipe] = gpu_attention(*L, q, p.T, p.ctx - p.T, n_heads);
+    }
+    cuda::detail::set_split_tuning(saved);
+    EXPECT_FALSE(has_nonfinite(out[1]));
+    EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * 4), 0)
+        << "ctx " << p.ctx << " hd " << p.hd << " K " << type_name(p.k) << " V " << type_name(p.v) << " T " << p.T
+        << ": pipelined and plain loops differ";
   }
 }
 

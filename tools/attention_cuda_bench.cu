@@ -298,8 +298,12 @@ int main(int argc, char** argv) {
       shapes.push_back({"key-parallel, 2 stages", d});
       shapes.back().t.keys_quant = shapes.back().t.keys_f16 = true;
       shapes.back().t.max_stages = 2;
-      shapes.push_back({"key-parallel, 3 stages within 100 KiB", d});
+      shapes.push_back({"key-parallel, plain loop (not pipelined)", d});
       shapes.back().t.keys_quant = shapes.back().t.keys_f16 = true;
+      shapes.back().t.qkeys_pipelined = false;
+      shapes.push_back({"key-parallel, plain loop, 3 stages within 100 KiB", d});
+      shapes.back().t.keys_quant = shapes.back().t.keys_f16 = true;
+      shapes.back().t.qkeys_pipelined = false;
       shapes.back().t.max_stages = 3;
       shapes.back().t.keys_smem_target = 100 * 1024;
       shapes.push_back({"round-4 key-parallel kernel", d});

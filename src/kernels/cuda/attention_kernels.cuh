@@ -72,6 +72,10 @@ struct SplitTuning {
   // Calls whose K and V are both quantized take the round-6 kernel (attention_qkeys.cu) when the
   // key-parallel kernel is chosen; false keeps them on the round-4 one (benchmarks, tests).
   bool qkeys = true;
+  // The round-6 kernel's decode / verify calls run its software-pipelined loop (scores of sub-tile
+  // j next to Oᵀ += Vᵀ·Pᵀ of j - 1); false runs one sub-tile after the other. The same arithmetic
+  // in the same order: the same bits (a test checks it).
+  bool qkeys_pipelined = true;
   // Key-parallel kernel: ring depth within keys_smem_target (75 KiB: three blocks per SM, the
   // most its 168 registers allow), runs of splits for keys_blocks_per_sm blocks per SM (at most
   // as many as fit).

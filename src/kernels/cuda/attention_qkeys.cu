@@ -37,7 +37,10 @@
 // decode, verify and prefill rows agree bit for bit. Other bits than the round-4 kernel (another
 // dim order inside the MMAs); accuracy vs float64 is held to the same bounds by the tests.
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <stdexcept>
+#include <tuple>
 #include <vector>
 
 #include "kernels/cuda/attention.cuh"
@@ -86,12 +89,18 @@ struct Layout {
   int fold_rounds;  // head_dim chunks of the end-of-split fold (each fits one ring slot)
 };
 
+// The end-of-split fold's [row][dim] slot of a chunk of `ch` dims: 2 floats of padding after
+// every 32 dims, rows of fold_stride floats. A lane's stores of one instruction (rows 2tig + col,
+// dims 32·gid + .. for q8_0 V) then spread over the banks (at most 2-way instead of 8-way), and
+// float2 reads stay 8-byte aligned.
+__host__ __device__ constexpr int fold_stride(int ch) { return ch + 2 * (ch / 32) - 2; }
+__host__ __device__ constexpr int fold_index(int r, int d, int stride) { return r * stride + d + 2 * (d / 32); }
 // Chunks of head_dim the end-of-split fold goes through (1, 2, 4..: each fits one ring slot, or
 // the slot is padded to a 32-dim chunk).
 __host__ __device__ constexpr int fold_rounds_of(int hd, int nt, int kt, int vt) {
   const int stage = kWarpKeys * (row_bytes_of(kt, hd) + row_bytes_of(vt, hd));
   int rounds = 1;
-  while (8 * nt * (hd / rounds + 4) * 4 > stage && hd / (2 * rounds) >= 32) rounds *= 2;
+  while (8 * nt * fold_stride(hd / rounds) * 4 > stage && hd / (2 * rounds) >= 32) rounds *= 2;
   return rounds;
 }
 
@@ -112,11 +121,11 @@ __host__ __device__ inline Layout make_layout(int hd, int nt, bool fold, int kt,
   L.rowst = take(fold ? 4 * rows * 4 : 0);  // m_grp, l_grp, m_tot, l_tot
   L.k_sub = size_t(kWarpKeys) * size_t(row_bytes_of(kt, hd));  // a multiple of 16
   L.stage = L.k_sub + size_t(kWarpKeys) * size_t(row_bytes_of(vt, hd));
-  // The end-of-split fold passes each warp's scaled O ([row][chunk + 4] floats) through the ring
+  // The end-of-split fold passes each warp's scaled O ([row][chunk dim], fold_index) through the ring
   // slot the warp has just consumed: head_dim in fold_rounds chunks (fold_rounds_of), the slot
   // padded where even a 32-dim chunk does not fit.
   L.fold_rounds = fold_rounds_of(hd, nt, kt, vt);
-  const size_t chunk = size_t(8 * nt) * size_t(hd / L.fold_rounds + 4) * 4;
+  const size_t chunk = size_t(8 * nt) * size_t(fold_stride(hd / L.fold_rounds)) * 4;
   if (align16(chunk) > L.stage) L.stage = align16(chunk);
   L.ring_warp = size_t(stages) * L.stage;
   L.ring = take(kWarps * L.ring_warp);
@@ -189,8 +198,36 @@ __host__ __device__ constexpr int v_dim(int mt, int m) {
 // K A-fragments of one key row for k-steps 2·k2 and 2·k2 + 1: out[h][half] (k-step 2·k2 + h,
 // fragment half 0 / 1); the caller places them at a0/a2 (key gid) or a1/a3 (key gid + 8).
 // q8_0: groups 2·k2, 2·k2 + 1 of four values; q4_0: group k2 of four bytes (eight values).
-template <int T>
+template <int T, bool HD256>
 __device__ __forceinline__ void k_frags(const uint8_t* p, const uint8_t* dp, int k2, uint32_t (*out)[2]) {
+  // head_dim 256: a lane's quarter is a pair of blocks starting at a 4-byte boundary of the row
+  // (q8_0: 68·tig; q4_0: 36·tig): the second block's bytes are whole words, the first block's
+  // are two bytes off (funnelled from two words); its scales are the halves of those words.
+  if (T == kKvQ8 && HD256) {
+    const __half2 bias = __float2half2_rn(1152.0f);
+    const uint32_t* W = reinterpret_cast<const uint32_t*>(dp);  // the pair: 17 words
+    const int b = (8 * k2) / 32;                                  // block 0 or 1 of the pair
+    const __half2 d = u32_as_half2(b == 0 ? __byte_perm(W[0], 0, 0x1010) : __byte_perm(W[8], 0, 0x3232));
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int g = 2 * k2 + h;  // group of values 4g..4g+3 of the pair
+      const uint32_t x = g < 8 ? __byte_perm(W[g], W[g + 1], 0x5432) : W[9 + (g - 8)];
+      out[h][0] = hsub_hmul(q8_pair(x), bias, d);
+      out[h][1] = hsub_hmul(q8_pair(x >> 8), bias, d);
+    }
+    return;
+  }
+  if (T == kKvQ4 && HD256) {
+    const __half2 blo = __float2half2_rn(1032.0f), bhi = __float2half2_rn(72.0f);
+    const uint32_t* W = reinterpret_cast<const uint32_t*>(dp);  // the pair: 9 words
+    const __half2 d = u32_as_half2(k2 < 4 ? __byte_perm(W[0], 0, 0x1010) : __byte_perm(W[4], 0, 0x3232));
+    const uint32_t x = k2 < 4 ? __byte_perm(W[k2], W[k2 + 1], 0x5432) : W[5 + (k2 - 4)];
+    out[0][0] = hsub_hmul(q4_lo_pair(x), blo, d);
+    out[0][1] = hsub_hmul(q4_hi_pair(x), bhi, d);
+    out[1][0] = hsub_hmul(q4_lo_pair(x >> 8), blo, d);
+    out[1][1] = hsub_hmul(q4_hi_pair(x >> 8), bhi, d);
+    return;
+  }
   if (T == kKvQ8) {
     const __half2 bias = __float2half2_rn(1152.0f);
     const __half2 d = dup_scale(lds16(dp + 34 * ((8 * k2) / 32)));
@@ -241,43 +278,34 @@ __device__ __forceinline__ int row_keys(const QCall& c, int rows, int r) {
   return r < rows ? c.pos0 + r / c.group + 1 : 0;
 }
 
-// A warp's cp.async copies of its 16 keys [k0, k0 + 16) of kv head g (rows in_page.. of the page
-// `page`: pages are multiples of 32 tokens) into `dst`: K rows then V rows. A full sub-tile is a fixed
-// number of 16-byte copies per lane at immediate offsets; a partial one (the last) zero-fills the
-// bytes of rows past key_end, so they decode to exact zeros (no NaN can meet a zero probability).
-template <int HD, int KT, int VT>
-__device__ __forceinline__ void issue_sub(const QCall& c, const uint8_t* page, int in_page, int g, int k0,
-                                          int key_end, uint8_t* dst, int lane) {
-  constexpr int KRB = row_bytes_of(KT, HD), VRB = row_bytes_of(VT, HD);
-  constexpr int NK = KRB, NV = VRB;  // 16-byte chunks of 16 rows
-  const int row0 = g * c.page_tokens + in_page;
-  const uint8_t* srck = page + size_t(row0) * KRB;
-  const uint8_t* srcv = page + size_t(c.n_kv) * size_t(c.page_tokens) * KRB + size_t(row0) * VRB;
-  uint8_t* dstv = dst + kWarpKeys * KRB;
-  const int valid = key_end - k0;
+// A warp's cp.async copies of the K or the V rows of its 16 keys (RB bytes each, contiguous in the
+// page) into `dst`. A full sub-tile is a fixed number of 16-byte copies per lane at immediate
+// offsets; a partial one (the last) zero-fills the bytes of rows past the keys, so they decode to
+// exact zeros (no NaN can meet a zero probability).
+template <int RB>
+__device__ __forceinline__ void copy_rows(const uint8_t* src, uint8_t* dst, int valid, int lane) {
+  constexpr int N = RB;  // 16-byte chunks of 16 rows
   if (valid >= kWarpKeys) {
 #pragma unroll
-    for (int i = 0; i < (NK + 31) / 32; ++i) {
+    for (int i = 0; i < (N + 31) / 32; ++i) {
       const int ch = lane + 32 * i;
-      if (NK % 32 == 0 || ch < NK) cp_async16(dst + 16 * ch, srck + 16 * ch, 16);
-    }
-#pragma unroll
-    for (int i = 0; i < (NV + 31) / 32; ++i) {
-      const int ch = lane + 32 * i;
-      if (NV % 32 == 0 || ch < NV) cp_async16(dstv + 16 * ch, srcv + 16 * ch, 16);
+      if (N % 32 == 0 || ch < N) cp_async16(dst + 16 * ch, src + 16 * ch, 16);
     }
   } else {
-    const int hk = valid * KRB, hv = valid * VRB;
-    for (int ch = lane; ch < NK; ch += 32) {
-      const int bytes = max(0, min(16, hk - ch * 16));
-      cp_async16(dst + 16 * ch, bytes > 0 ? srck + 16 * ch : srck, bytes);
-    }
-    for (int ch = lane; ch < NV; ch += 32) {
-      const int bytes = max(0, min(16, hv - ch * 16));
-      cp_async16(dstv + 16 * ch, bytes > 0 ? srcv + 16 * ch : srcv, bytes);
+    const int have = valid * RB;
+    for (int ch = lane; ch < N; ch += 32) {
+      const int bytes = max(0, min(16, have - ch * 16));
+      cp_async16(dst + 16 * ch, bytes > 0 ? src + 16 * ch : src, bytes);
     }
   }
 }
+
+// Where the next sub-tile to copy lives: its page pointer (loaded one sub-tile ahead of its copies)
+// and its first row in the page, stepped by 64 keys without a division.
+struct Cursor {
+  const uint8_t* page;
+  int index, row;
+};
 
 __device__ __forceinline__ int find_call(const QLaunch& l, int bid) {
   int c = 0;
@@ -285,8 +313,12 @@ __device__ __forceinline__ int find_call(const QLaunch& l, int bid) {
   return c;
 }
 
-template <int HD, int NT, bool FOLD, int KT, int VT>
-__global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 1) qkeys_kernel(const __grid_constant__ QLaunch launch) {
+// PIPE: the software-pipelined loop (see the top comment); otherwise one sub-tile after the other
+// through a ring of `stages` K+V slots. Both run the same arithmetic in the same order: same bits.
+template <int HD, int NT, bool FOLD, int KT, int VT, bool PIPE>
+// Registers: 3 blocks per SM for the plain loop (what its shared memory allows), 2 for the pipelined
+// one (two sub-tiles in flight need ~170-225 registers), 1 for two n-tiles.
+__global__ void __launch_bounds__(kThreads, NT == 1 ? (PIPE ? 2 : 3) : 1) qkeys_kernel(const __grid_constant__ QLaunch launch) {
   extern __shared__ __align__(16) uint8_t smem[];
   constexpr int R = 8 * NT, MT = HD / 16, QSTR = HD + 8, KS = HD / 16;
   constexpr int KRB = row_bytes_of(KT, HD), VRB = row_bytes_of(VT, HD);
@@ -311,7 +343,8 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 1) qkeys_kernel(const 
   s_end = FOLD ? n_splits_block : min(s_begin + c.splits_per_block, n_splits_block);
   if (s_begin >= s_end) return;  // no keys here for any row of the block (uniform)
 
-  const Layout L = make_layout(HD, NT, FOLD, KT, VT, c.stages);
+  const int stages = PIPE ? 2 : c.stages;
+  const Layout L = make_layout(HD, NT, FOLD, KT, VT, stages);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
   uint16_t* q_hi = reinterpret_cast<uint16_t*>(smem + L.q_hi);
   float* stat = reinterpret_cast<float*>(smem + L.stat);
@@ -330,32 +363,57 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 1) qkeys_kernel(const 
   const int kb = s_begin * kAttnSplitKeys;
   const int ke = min(int(s_end * kAttnSplitKeys), key_end);
   const int n_tiles = (ke - kb + kTileKeys - 1) / kTileKeys;
-  const int stages = c.stages;
   // The warp's sub-tile of tile j: keys [kb + 64j + 16·warp, +16); idle (all masked) past ke.
   auto sub_k0 = [&](int j) { return kb + j * kTileKeys + warp * kWarpKeys; };
-  // The page and row in it of the next sub-tile to copy, stepped by 64 keys (no division per
-  // sub-tile); its page pointer is loaded one sub-tile ahead of its copies.
-  int cp_page = sub_k0(0) / c.page_tokens, cp_row = sub_k0(0) % c.page_tokens;
-  auto step_page = [&]() {
-    cp_row += kTileKeys;
-    while (cp_row >= c.page_tokens) {
-      cp_row -= c.page_tokens;
-      ++cp_page;
-    }
+  auto active = [&](int j) { return j >= 0 && j < n_tiles && sub_k0(j) < ke; };
+  // Slots. Plain loop: stage j % stages holds the K then the V rows of sub-tile j. Pipelined
+  // loop: K of sub-tile j in slot j % 2, V in slot j % 2 too, laid out [K0 V1 | K1 V0] so that the
+  // K slot of j and the V slot of j - 1 (both consumed in iteration j) are one region (j % 2),
+  // which the end-of-split fold then uses.
+  auto k_slot = [&](int j) { return ring + size_t(j % stages) * L.stage; };
+  auto v_slot = [&](int j) { return ring + size_t((PIPE ? j + 1 : j) % stages) * L.stage + L.k_sub; };
+  const size_t k_page_off = 0, v_page_off = size_t(c.n_kv) * size_t(c.page_tokens) * KRB;
+  auto src_of = [&](const Cursor& cu, bool v) {
+    const size_t row0 = size_t(g) * size_t(c.page_tokens) + size_t(cu.row);
+    return cu.page + (v ? v_page_off + row0 * VRB : k_page_off + row0 * KRB);
   };
-  const uint8_t* cp_ptr = c.pages[cp_page];
-  for (int p = 0; p < stages - 1; ++p) {
-    if (p < n_tiles && sub_k0(p) < ke) {
-      issue_sub<HD, KT, VT>(c, cp_ptr, cp_row, g, sub_k0(p), key_end, ring + size_t(p) * L.stage, lane);
-      step_page();
-      if (p + 1 < n_tiles && sub_k0(p + 1) < ke) cp_ptr = c.pages[cp_page];
+  Cursor cur;
+  cur.index = sub_k0(0) / c.page_tokens;
+  cur.row = sub_k0(0) % c.page_tokens;
+  cur.page = active(0) ? c.pages[cur.index] : nullptr;
+  auto step = [&](int j_next) {  // the cursor moves to sub-tile j_next (one tile on)
+    cur.row += kTileKeys;
+    while (cur.row >= c.page_tokens) {
+      cur.row -= c.page_tokens;
+      ++cur.index;
     }
+    if (active(j_next)) cur.page = c.pages[cur.index];
+  };
+  Cursor pend_v = cur;  // pipelined loop: the V copies run one sub-tile behind the K copies
+  if (PIPE) {
+    if (active(0)) copy_rows<KRB>(src_of(cur, false), k_slot(0), key_end - sub_k0(0), lane);
     cp_async_commit();
+    const Cursor c0 = cur;
+    step(1);
+    if (active(1)) copy_rows<KRB>(src_of(cur, false), k_slot(1), key_end - sub_k0(1), lane);
+    if (active(0)) copy_rows<VRB>(src_of(c0, true), v_slot(0), key_end - sub_k0(0), lane);
+    cp_async_commit();
+    pend_v = cur;
+    step(2);
+  } else {
+    for (int p = 0; p < stages - 1; ++p) {
+      if (active(p)) {
+        copy_rows<KRB>(src_of(cur, false), k_slot(p), key_end - sub_k0(p), lane);
+        copy_rows<VRB>(src_of(cur, true), v_slot(p), key_end - sub_k0(p), lane);
+        step(p + 1);
+      }
+      cp_async_commit();
+    }
   }
 
-  // Queries of the block's rows as f16 in the K fragment order: position i of a row (k-step
-  // i / 16, MMA k index i % 16) holds dim k_dim(lane tig = (i % 8) / 2, half2 2·(i/16) + (i%16)/8,
-  // element i % 2).
+  // Queries of the block's rows as f16 in the K fragment order: position p of a row (k-step
+  // p / 16, MMA k index p % 16) holds dim k_dim(lane tig = (p % 8) / 2, half2 2·(p/16) + (p%16)/8,
+  // element p % 2).
   constexpr int PP = (HD + kThreads - 1) / kThreads;  // query positions per thread
   int qd[PP];
 #pragma unroll
@@ -394,18 +452,17 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 1) qkeys_kernel(const 
     for (int e = 0; e < 2; ++e) re[nt][e] = row_keys(c, rows, r_first + nt * 8 + 2 * tig + e);
   const int keys_min = r_first + R - 1 < rows ? c.pos0 + r_first / c.group + 1 : 0;
 
-  // Lane byte offsets inside a sub-tile: K rows gid, gid + 8 (quarter tig), V rows 2tig, 2tig+1,
+  // Lane byte offsets inside a slot: K rows gid, gid + 8 (quarter tig), V rows 2tig, 2tig+1,
   // 2tig+8, 2tig+9 (eighth gid).
   const int k_first = tig * (HD / 4), v_first = gid * (HD / 8);
   const int k_off = gid * KRB + lane_base<KT>(k_first);
   const int k_doff = gid * KRB + (KT == kKvQ8 ? 34 : 18) * (k_first / 32);
-  const int v_off = kWarpKeys * KRB + 2 * tig * VRB + lane_base<VT>(v_first);
-  const int v_doff = kWarpKeys * KRB + 2 * tig * VRB + (VT == kKvQ8 ? 34 : 18) * (v_first / 32);
+  const int v_off = 2 * tig * VRB + lane_base<VT>(v_first);
+  const int v_doff = 2 * tig * VRB + (VT == kKvQ8 ? 34 : 18) * (v_first / 32);
   const int qb_row = lane % 8, qb_col = (lane / 8) * 8;
 
   float o[MT][NT][4];
   float m_run[NT][2], l_run[NT][2];
-
   // A split starts with a fresh state (set here and after each split end: not a select per tile).
   auto reset_state = [&]() {
 #pragma unroll
@@ -420,119 +477,121 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 1) qkeys_kernel(const 
   };
   reset_state();
 
-  for (int j = 0; j < n_tiles; ++j) {
-    const int k0 = kb + j * kTileKeys;
-    const int s = k0 / kAttnSplitKeys;
-    const int jn = j + stages - 1;
-    if (jn < n_tiles && sub_k0(jn) < ke) {
-      issue_sub<HD, KT, VT>(c, cp_ptr, cp_row, g, sub_k0(jn), key_end, ring + size_t(jn % stages) * L.stage, lane);
-      step_page();
-      if (jn + 1 < n_tiles && sub_k0(jn + 1) < ke) cp_ptr = c.pages[cp_page];
+  // ---- Sᵀ = K·Qᵀ: 16 keys x 8·NT rows, two MMA chains (even and odd k-steps); k-steps 2·k2,
+  // 2·k2 + 1 per step ----
+  auto scores_zero = [&](float (*sacc)[2][4]) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int ch = 0; ch < 2; ++ch)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sacc[nt][ch][e] = 0.0f;
+  };
+  auto scores_step = [&](const uint8_t* ks, int k2, float (*sacc)[2][4]) {
+    uint32_t klo[2][2], khi[2][2];  // keys gid, gid + 8; k-steps 2·k2, 2·k2 + 1
+    k_frags<KT, HD == 256>(ks + k_off, ks + k_doff, k2, klo);
+    k_frags<KT, HD == 256>(ks + k_off + 8 * KRB, ks + k_doff + 8 * KRB, k2, khi);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      uint32_t bq[4];
+      ldsm_x4(bq, q_hi + (nt * 8 + qb_row) * QSTR + 32 * k2 + qb_col);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t a[4] = {klo[h][0], khi[h][0], klo[h][1], khi[h][1]};
+        mma16816(sacc[nt][h], a, bq[2 * h], bq[2 * h + 1]);
+      }
     }
-    cp_async_commit();
-    cp_async_wait(stages - 1);
-    __syncwarp();
-
-    const int kw = sub_k0(j);
-    if (kw < ke) {  // warp-uniform; an idle sub-tile would leave the state exactly as it is
-      const uint8_t* sub = ring + size_t(j % stages) * L.stage;
-
-      // ---- Sᵀ = K·Qᵀ: 16 keys x 8·NT rows, two MMA chains (even and odd k-steps) ----
-      float sacc[NT][2][4];
+  };
+  // ---- Oᵀ += Vᵀ·Pᵀ: m-tiles 2·jj, 2·jj + 1 per step (v_scales: the (A, B) and (C, D) scales) ----
+  auto v_scales = [&](const uint8_t* vs, __half2* d) {
+    d[0] = pair_scale(lds16(vs + v_doff), lds16(vs + v_doff + VRB));
+    d[1] = pair_scale(lds16(vs + v_doff + 8 * VRB), lds16(vs + v_doff + 9 * VRB));
+  };
+  auto pv_step = [&](const uint8_t* vs, const __half2* d, int jj, uint32_t (*pb)[2]) {
+    uint32_t vab[2][2], vcd[2][2];
+    v_frags<VT>(vs + v_off, vs + v_off + VRB, d[0], jj, vab);
+    v_frags<VT>(vs + v_off + 8 * VRB, vs + v_off + 9 * VRB, d[1], jj, vcd);
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t a[4] = {vab[i][0], vab[i][1], vcd[i][0], vcd[i][1]};
 #pragma unroll
-        for (int ch = 0; ch < 2; ++ch)
+      for (int nt = 0; nt < NT; ++nt) mma16816(o[2 * jj + i][nt], a, pb[nt][0], pb[nt][1]);
+    }
+  };
+  static_assert(KS == MT, "as many score k-steps as Oᵀ m-tiles: the pipelined loop pairs them");
+  auto scores = [&](const uint8_t* ks, float (*sacc)[2][4]) {
+    scores_zero(sacc);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) sacc[nt][ch][e] = 0.0f;
+    for (int k2 = 0; k2 < KS / 2; ++k2) scores_step(ks, k2, sacc);
+  };
+  auto pv = [&](const uint8_t* vs, uint32_t (*pb)[2]) {
+    __half2 d[2];
+    v_scales(vs, d);
 #pragma unroll
-      for (int k2 = 0; k2 < KS / 2; ++k2) {
-        uint32_t klo[2][2], khi[2][2];  // keys gid, gid + 8; k-steps 2·k2, 2·k2 + 1
-        k_frags<KT>(sub + k_off, sub + k_doff, k2, klo);
-        k_frags<KT>(sub + k_off + 8 * KRB, sub + k_doff + 8 * KRB, k2, khi);
+    for (int jj = 0; jj < MT / 2; ++jj) pv_step(vs, d, jj, pb);
+  };
+  // Both, step by step: two independent chains in one instruction stream (the same operations in
+  // the same order per accumulator as scores() then pv()).
+  auto scores_and_pv = [&](const uint8_t* ks, float (*sacc)[2][4], const uint8_t* vs, uint32_t (*pb)[2]) {
+    scores_zero(sacc);
+    __half2 d[2];
+    v_scales(vs, d);
+#pragma unroll
+    for (int k2 = 0; k2 < KS / 2; ++k2) {
+      scores_step(ks, k2, sacc);
+      pv_step(vs, d, k2, pb);
+    }
+  };
+  // ---- online softmax on the accumulators: element e is key gid (+8 for e >= 2), row 2tig + e%2;
+  // P as f16, transposed into the B operand of Oᵀ (pb); O rescaled where a row's max moved ----
+  auto softmax = [&](int kw, float (*sacc)[2][4], uint32_t (*pb)[2]) {
+    const bool masked = kw + kWarpKeys > keys_min;  // warp-uniform
+    float alpha[NT][2];
+    bool rescale = false;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      float p[2][2];  // [column][key gid, gid + 8]
+#pragma unroll
+      for (int col = 0; col < 2; ++col) {
+        float v[2];
+#pragma unroll
+        for (int kh = 0; kh < 2; ++kh) {
+          const int e = 2 * kh + col;
+          v[kh] = __fmul_rn(sacc[nt][0][e] + sacc[nt][1][e], c.scale);
+          if (masked && kw + gid + 8 * kh >= re[nt][col]) v[kh] = -INFINITY;
+        }
+        float mx = fmaxf(v[0], v[1]);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+        const float m_old = m_run[nt][col], m_new = fmaxf(m_old, mx);
+        // ex2.approx (__expf): ~2 ulp, far below the f16 rounding of P.
+        const float a = m_old == -INFINITY ? 0.0f : __expf(m_old - m_new);
+#pragma unroll
+        for (int kh = 0; kh < 2; ++kh) p[col][kh] = v[kh] == -INFINITY ? 0.0f : __expf(v[kh] - m_new);
+        l_run[nt][col] = __fadd_rn(__fmul_rn(l_run[nt][col], a), __fadd_rn(p[col][0], p[col][1]));
+        m_run[nt][col] = m_new;
+        alpha[nt][col] = a;
+        rescale |= a != 1.0f;
+      }
+#pragma unroll
+      for (int kh = 0; kh < 2; ++kh) pb[nt][kh] = movmatrix_trans(half2_as_u32(__floats2half2_rn(p[0][kh], p[1][kh])));
+    }
+    if (__any_sync(0xffffffffu, rescale)) {  // multiplying by 1 changes no bit: skipped when no max moved
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-          uint32_t bq[4];
-          ldsm_x4(bq, q_hi + (nt * 8 + qb_row) * QSTR + 32 * k2 + qb_col);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const uint32_t a[4] = {klo[h][0], khi[h][0], klo[h][1], khi[h][1]};
-            mma16816(sacc[nt][h], a, bq[2 * h], bq[2 * h + 1]);
-          }
+          o[mt][nt][0] = __fmul_rn(o[mt][nt][0], alpha[nt][0]);
+          o[mt][nt][1] = __fmul_rn(o[mt][nt][1], alpha[nt][1]);
+          o[mt][nt][2] = __fmul_rn(o[mt][nt][2], alpha[nt][0]);
+          o[mt][nt][3] = __fmul_rn(o[mt][nt][3], alpha[nt][1]);
         }
-      }
-
-      // ---- online softmax on the accumulators: element e is key gid (+8 for e >= 2), row 2tig + e%2 ----
-      const bool masked = kw + kWarpKeys > keys_min;  // warp-uniform
-      uint32_t pb[NT][2];
-      float alpha[NT][2];
-      bool rescale = false;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        float p[2][2];  // [column][key gid, gid + 8]
-#pragma unroll
-        for (int col = 0; col < 2; ++col) {
-          float v[2];
-#pragma unroll
-          for (int kh = 0; kh < 2; ++kh) {
-            const int e = 2 * kh + col;
-            const float dot = sacc[nt][0][e] + sacc[nt][1][e];
-            v[kh] = __fmul_rn(dot, c.scale);
-            if (masked && kw + gid + 8 * kh >= re[nt][col]) v[kh] = -INFINITY;
-          }
-          float mx = fmaxf(v[0], v[1]);
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-          const float m_old = m_run[nt][col], m_new = fmaxf(m_old, mx);
-          // ex2.approx (__expf): ~2 ulp, far below the f16 rounding of P.
-          const float a = m_old == -INFINITY ? 0.0f : __expf(m_old - m_new);
-#pragma unroll
-          for (int kh = 0; kh < 2; ++kh) p[col][kh] = v[kh] == -INFINITY ? 0.0f : __expf(v[kh] - m_new);
-          l_run[nt][col] = __fadd_rn(__fmul_rn(l_run[nt][col], a), __fadd_rn(p[col][0], p[col][1]));
-          m_run[nt][col] = m_new;
-          alpha[nt][col] = a;
-          rescale |= a != 1.0f;
-        }
-        // P as f16, transposed into the B operand of Oᵀ.
-#pragma unroll
-        for (int kh = 0; kh < 2; ++kh) pb[nt][kh] = movmatrix_trans(half2_as_u32(__floats2half2_rn(p[0][kh], p[1][kh])));
-      }
-      if (__any_sync(0xffffffffu, rescale)) {  // multiplying by 1 changes no bit: skipped when no max moved
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            o[mt][nt][0] = __fmul_rn(o[mt][nt][0], alpha[nt][0]);
-            o[mt][nt][1] = __fmul_rn(o[mt][nt][1], alpha[nt][1]);
-            o[mt][nt][2] = __fmul_rn(o[mt][nt][2], alpha[nt][0]);
-            o[mt][nt][3] = __fmul_rn(o[mt][nt][3], alpha[nt][1]);
-          }
-      }
-
-      // ---- Oᵀ += Vᵀ·Pᵀ ----
-      {
-        const __half2 dab = pair_scale(lds16(sub + v_doff), lds16(sub + v_doff + VRB));
-        const __half2 dcd = pair_scale(lds16(sub + v_doff + 8 * VRB), lds16(sub + v_doff + 9 * VRB));
-#pragma unroll
-        for (int jj = 0; jj < MT / 2; ++jj) {
-          uint32_t vab[2][2], vcd[2][2];  // m-tiles 2·jj, 2·jj + 1
-          v_frags<VT>(sub + v_off, sub + v_off + VRB, dab, jj, vab);
-          v_frags<VT>(sub + v_off + 8 * VRB, sub + v_off + 9 * VRB, dcd, jj, vcd);
-#pragma unroll
-          for (int i = 0; i < 2; ++i) {
-            const uint32_t a[4] = {vab[i][0], vab[i][1], vcd[i][0], vcd[i][1]};
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) mma16816(o[2 * jj + i][nt], a, pb[nt][0], pb[nt][1]);
-          }
-        }
-      }
     }
-    __syncwarp();  // every lane is done with the slot before it is refilled
-
-    if ((k0 + kTileKeys) % kAttnSplitKeys != 0 && j != n_tiles - 1) continue;
-
-    // ---- end of split s: combine the four warps' states in a fixed order ----
+  };
+  // ---- end of split s: combine the four warps' states in a fixed order, through the region
+  // `slot_at` of every warp's ring (free: consumed, no copy in flight into it) ----
+  auto fold_split = [&](int s, size_t slot_at) {
     float* st = stat + (s & 1) * kWarps * R * 2;  // parity: a fast warp may reach the next split end
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
@@ -561,14 +620,14 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 1) qkeys_kernel(const 
         for (int w = 1; w < kWarps; ++w) m = fmaxf(m, st[(w * R + r) * 2]);
         sc[nt][col] = m_run[nt][col] == -INFINITY ? 0.0f : expf(m_run[nt][col] - m);
       }
-    // The scaled O of the warps meet in the ring slot each warp has just consumed (free until the
-    // next tile's copies), [row][chunk dim], head_dim in L.fold_rounds chunks that fit a slot.
-    constexpr int ROUNDS = fold_rounds_of(HD, NT, KT, VT), CH = HD / ROUNDS, CSTR = CH + 4;
-    const size_t slot_at = L.ring + size_t(j % stages) * L.stage;
+    // The scaled O of the warps meet in the region, [row][chunk dim] (fold_index), head_dim in
+    // ROUNDS chunks that fit it.
+    constexpr int ROUNDS = fold_rounds_of(HD, NT, KT, VT), CH = HD / ROUNDS, CSTR = fold_stride(CH);
+    auto slot_of = [&](int w) { return reinterpret_cast<float*>(smem + slot_at + size_t(w) * L.ring_warp); };
 #pragma unroll 1
     for (int round = 0; round < ROUNDS; ++round) {
       const int c0 = round * CH;
-      float* slot = reinterpret_cast<float*>(smem + slot_at + size_t(warp) * L.ring_warp);
+      float* slot = slot_of(warp);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -577,39 +636,43 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 1) qkeys_kernel(const 
           for (int col = 0; col < 2; ++col) {
             const int r = nt * 8 + 2 * tig + col;
             const int d0 = v_dim<VT, HD>(mt, gid) - c0, d1 = v_dim<VT, HD>(mt, gid + 8) - c0;
-            if (ROUNDS == 1 || (d0 >= 0 && d0 < CH)) slot[r * CSTR + d0] = __fmul_rn(o[mt][nt][col], sc[nt][col]);
-            if (ROUNDS == 1 || (d1 >= 0 && d1 < CH)) slot[r * CSTR + d1] = __fmul_rn(o[mt][nt][2 + col], sc[nt][col]);
+            const float x0 = __fmul_rn(o[mt][nt][col], sc[nt][col]), x1 = __fmul_rn(o[mt][nt][2 + col], sc[nt][col]);
+            if (VT == kKvQ8 && ROUNDS == 1) {  // dims d0, d0 + 1 (v_dim): one 8-byte store
+              *reinterpret_cast<float2*>(slot + fold_index(r, d0, CSTR)) = make_float2(x0, x1);
+            } else {
+              if (ROUNDS == 1 || (d0 >= 0 && d0 < CH)) slot[fold_index(r, d0, CSTR)] = x0;
+              if (ROUNDS == 1 || (d1 >= 0 && d1 < CH)) slot[fold_index(r, d1, CSTR)] = x1;
+            }
           }
       }
       __syncthreads();
       // The split's O of every row in this chunk: warps added 0, 1, 2, 3 left to right.
-      auto slot_of = [&](int w) { return reinterpret_cast<const float*>(smem + slot_at + size_t(w) * L.ring_warp); };
       if (!FOLD) {
-        const int C4 = CH / 4;
-        for (int i = tid; i < R * C4; i += kThreads) {
-          const int r = i / C4, dc = (i % C4) * 4;
+        constexpr int C2 = CH / 2;
+#pragma unroll 2
+        for (int i = tid; i < R * C2; i += kThreads) {
+          const int r = i / C2, dc = (i % C2) * 2;
           if (s >= row_ns[r]) continue;
-          float4 x = *reinterpret_cast<const float4*>(slot_of(0) + r * CSTR + dc);
+          const int at = fold_index(r, dc, CSTR);
+          float2 x = *reinterpret_cast<const float2*>(slot_of(0) + at);
 #pragma unroll
           for (int w = 1; w < kWarps; ++w) {
-            const float4 y = *reinterpret_cast<const float4*>(slot_of(w) + r * CSTR + dc);
+            const float2 y = *reinterpret_cast<const float2*>(slot_of(w) + at);
             x.x = __fadd_rn(x.x, y.x);
             x.y = __fadd_rn(x.y, y.y);
-            x.z = __fadd_rn(x.z, y.z);
-            x.w = __fadd_rn(x.w, y.w);
           }
           float* dst = c.part + row_base[r] + int64_t(s) * (HD + 2) + c0 + dc;
-          *reinterpret_cast<float2*>(dst) = make_float2(x.x, x.y);  // rows of hd + 2 floats: 8-byte aligned
-          *reinterpret_cast<float2*>(dst + 2) = make_float2(x.z, x.w);
+          *reinterpret_cast<float2*>(dst) = x;  // rows of hd + 2 floats: 8-byte aligned
         }
       } else {
         // The merge kernel's tree: split -> group (kFoldGroup splits, left to right) -> total.
         for (int i = tid; i < R * CH; i += kThreads) {
           const int r = i / CH, d = c0 + i % CH, ns = row_ns[r];
           if (s >= ns) continue;
-          float x = slot_of(0)[r * CSTR + d - c0];
+          const int at = fold_index(r, d - c0, CSTR);
+          float x = slot_of(0)[at];
 #pragma unroll
-          for (int w = 1; w < kWarps; ++w) x = __fadd_rn(x, slot_of(w)[r * CSTR + d - c0]);
+          for (int w = 1; w < kWarps; ++w) x = __fadd_rn(x, slot_of(w)[at]);
           float m = st[r * 2];
           for (int w = 1; w < kWarps; ++w) m = fmaxf(m, st[(w * R + r) * 2]);
           const bool grp_first = s % kFoldGroup == 0, grp_done = s % kFoldGroup == kFoldGroup - 1 || s == ns - 1;
@@ -670,6 +733,60 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 1) qkeys_kernel(const 
       }
     }
     reset_state();
+  };
+  // Tile j ends a split (or the block's keys).
+  auto ends_split = [&](int j) { return (kb + (j + 1) * kTileKeys) % kAttnSplitKeys == 0 || j == n_tiles - 1; };
+
+  if (PIPE) {
+    // Iteration j: the scores of sub-tile j and Oᵀ += Vᵀ·Pᵀ of sub-tile j - 1 (independent: one
+    // basic block the compiler interleaves), the fold if tile j - 1 ended a split, the copies of
+    // K(j + 2) and V(j + 1) into the region just consumed, then the softmax of sub-tile j. Each
+    // copy is issued one full iteration before it is waited for.
+    uint32_t pb[NT][2] = {};
+    for (int j = 0; j <= n_tiles; ++j) {
+      cp_async_wait(1);
+      __syncwarp();
+      const bool act_s = active(j), act_v = active(j - 1);
+      float sacc[NT][2][4];
+      if (act_s && act_v) {
+        scores_and_pv(k_slot(j), sacc, v_slot(j - 1), pb);
+      } else if (act_s) {
+        scores(k_slot(j), sacc);
+      } else if (act_v) {
+        pv(v_slot(j - 1), pb);
+      }
+      __syncwarp();  // every lane is done with the region before it is reused
+      if (j >= 1 && ends_split(j - 1)) fold_split((kb + (j - 1) * kTileKeys) / kAttnSplitKeys, L.ring + size_t(j % 2) * L.stage);
+      if (active(j + 2)) copy_rows<KRB>(src_of(cur, false), k_slot(j + 2), key_end - sub_k0(j + 2), lane);
+      if (active(j + 1)) copy_rows<VRB>(src_of(pend_v, true), v_slot(j + 1), key_end - sub_k0(j + 1), lane);
+      cp_async_commit();
+      if (active(j + 2)) {
+        pend_v = cur;
+        step(j + 3);
+      }
+      if (act_s) softmax(sub_k0(j), sacc, pb);
+    }
+  } else {
+    for (int j = 0; j < n_tiles; ++j) {
+      const int jn = j + stages - 1;
+      if (active(jn)) {
+        copy_rows<KRB>(src_of(cur, false), k_slot(jn), key_end - sub_k0(jn), lane);
+        copy_rows<VRB>(src_of(cur, true), v_slot(jn), key_end - sub_k0(jn), lane);
+        step(jn + 1);
+      }
+      cp_async_commit();
+      cp_async_wait(stages - 1);
+      __syncwarp();
+      if (active(j)) {  // warp-uniform; an idle sub-tile would leave the state exactly as it is
+        float sacc[NT][2][4];
+        uint32_t pb[NT][2];
+        scores(k_slot(j), sacc);
+        softmax(sub_k0(j), sacc, pb);
+        pv(v_slot(j), pb);
+      }
+      __syncwarp();  // every lane is done with the slot before it is refilled
+      if (ends_split(j)) fold_split((kb + j * kTileKeys) / kAttnSplitKeys, L.ring + size_t(j % stages) * L.stage);
+    }
   }
   cp_async_wait(0);
 
@@ -687,17 +804,19 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 1) qkeys_kernel(const 
 
 struct Config {
   int hd, nt, kt, vt;
-  bool fold;
+  bool fold, pipe;
   bool operator==(const Config& o) const {
-    return hd == o.hd && nt == o.nt && fold == o.fold && kt == o.kt && vt == o.vt;
+    return hd == o.hd && nt == o.nt && fold == o.fold && kt == o.kt && vt == o.vt && pipe == o.pipe;
   }
 };
 
 Config config_of(const AttentionCall& call) {
   const int64_t rows = call.args.T * (call.args.n_heads / call.kv.n_kv_heads);
   const int hd = int(call.kv.head_dim), kt = kv_type_of(call.kv.k_type), vt = kv_type_of(call.kv.v_type);
-  if (rows > kMaxRowsPartial) return {hd, 1, kt, vt, true};  // prefill: fold in-block
-  return {hd, rows <= 8 ? 1 : 2, kt, vt, false};
+  if (rows > kMaxRowsPartial) return {hd, 1, kt, vt, true, false};  // prefill: fold in-block
+  // The pipelined loop for one n-tile of rows (decode); two n-tiles (verify) keep the plain one
+  // (their registers leave no room for two sub-tiles in flight).
+  return {hd, rows <= 8 ? 1 : 2, kt, vt, false, rows <= 8 && split_tuning().qkeys_pipelined};
 }
 
 int64_t n_splits_of(const AttentionCall& call) {
@@ -711,6 +830,7 @@ size_t layout_bytes(const Config& cfg, int stages) {
 // Ring depth: as deep as the shared-memory target allows (2..max_stages); at least 2 whatever
 // the target.
 int stages_of(const Config& cfg) {
+  if (cfg.pipe) return 2;  // the pipelined loop's two K and two V slots
   const SplitTuning t = split_tuning();
   int stages = std::max(2, std::min(4, t.max_stages));
   while (stages > 2 && layout_bytes(cfg, stages) > t.keys_smem_target) --stages;
@@ -726,41 +846,52 @@ int sm_count() {
   return cached[dev];
 }
 
-template <int HD, int NT, bool FOLD, int KT, int VT>
-void launch(const QLaunch& l, int blocks, size_t smem, cudaStream_t stream) {
-  static bool configured[64] = {};
-  int dev = 0;
-  check(cudaGetDevice(&dev), "attention: device");
-  if (dev < 0 || dev >= 64 || !configured[dev]) {
-    check(cudaFuncSetAttribute(qkeys_kernel<HD, NT, FOLD, KT, VT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               227 * 1024),
-          "attention: shared memory limit");
-    if (dev >= 0 && dev < 64) configured[dev] = true;
-  }
-  qkeys_kernel<HD, NT, FOLD, KT, VT><<<unsigned(blocks), kThreads, smem, stream>>>(l);
-}
+using KernelFn = void (*)(QLaunch);
 
 template <int KT, int VT>
-bool launch_types(const Config& cfg, const QLaunch& l, int blocks, size_t smem, cudaStream_t stream) {
-#define WEFT_QKEYS_CASE(HD_, NT_, FOLD_)                        \
-  if (cfg.hd == HD_ && cfg.nt == NT_ && cfg.fold == FOLD_) {   \
-    launch<HD_, NT_, FOLD_, KT, VT>(l, blocks, smem, stream);  \
-    return true;                                               \
+KernelFn kernel_types(const Config& cfg) {
+#define WEFT_QKEYS_CASE(HD_, NT_, FOLD_, PIPE_)                                     \
+  if (cfg.hd == HD_ && cfg.nt == NT_ && cfg.fold == FOLD_ && cfg.pipe == PIPE_) { \
+    return qkeys_kernel<HD_, NT_, FOLD_, KT, VT, PIPE_>;                           \
   }
-#define WEFT_QKEYS_CASES(HD_) WEFT_QKEYS_CASE(HD_, 1, false) WEFT_QKEYS_CASE(HD_, 2, false) WEFT_QKEYS_CASE(HD_, 1, true)
+#define WEFT_QKEYS_CASES(HD_)                                                          \
+  WEFT_QKEYS_CASE(HD_, 1, false, false) WEFT_QKEYS_CASE(HD_, 2, false, false)          \
+  WEFT_QKEYS_CASE(HD_, 1, false, true) WEFT_QKEYS_CASE(HD_, 1, true, false)
   WEFT_QKEYS_CASES(64) WEFT_QKEYS_CASES(128) WEFT_QKEYS_CASES(256)
 #undef WEFT_QKEYS_CASES
 #undef WEFT_QKEYS_CASE
-  return false;
+  return nullptr;
 }
 
-void launch_config(const Config& cfg, const QLaunch& l, int blocks, size_t smem, cudaStream_t stream) {
-  bool ok = false;
-  if (cfg.kt == kKvQ8 && cfg.vt == kKvQ8) ok = launch_types<kKvQ8, kKvQ8>(cfg, l, blocks, smem, stream);
-  else if (cfg.kt == kKvQ8 && cfg.vt == kKvQ4) ok = launch_types<kKvQ8, kKvQ4>(cfg, l, blocks, smem, stream);
-  else if (cfg.kt == kKvQ4 && cfg.vt == kKvQ8) ok = launch_types<kKvQ4, kKvQ8>(cfg, l, blocks, smem, stream);
-  else if (cfg.kt == kKvQ4 && cfg.vt == kKvQ4) ok = launch_types<kKvQ4, kKvQ4>(cfg, l, blocks, smem, stream);
-  if (!ok) throw std::logic_error("attention: no quantized key-parallel kernel for this configuration");
+KernelFn kernel_of(const Config& cfg) {
+  KernelFn k = nullptr;
+  if (cfg.kt == kKvQ8 && cfg.vt == kKvQ8) k = kernel_types<kKvQ8, kKvQ8>(cfg);
+  else if (cfg.kt == kKvQ8 && cfg.vt == kKvQ4) k = kernel_types<kKvQ8, kKvQ4>(cfg);
+  else if (cfg.kt == kKvQ4 && cfg.vt == kKvQ8) k = kernel_types<kKvQ4, kKvQ8>(cfg);
+  else if (cfg.kt == kKvQ4 && cfg.vt == kKvQ4) k = kernel_types<kKvQ4, kKvQ4>(cfg);
+  if (!k) throw std::logic_error("attention: no quantized key-parallel kernel for this configuration");
+  return k;
+}
+
+// Blocks of kernel k with `smem` bytes that one SM holds (registers and shared memory), after
+// lifting the kernel's dynamic shared-memory limit once per device. Cached: one query per
+// (device, kernel, size).
+int resident_blocks(KernelFn k, size_t smem) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, const void*, size_t>, int> cache;
+  int dev = 0;
+  check(cudaGetDevice(&dev), "attention: device");
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_tuple(dev, reinterpret_cast<const void*>(k), smem);
+  const auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024),
+        "attention: shared memory limit");
+  int n = 0;
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, kThreads, smem), "attention: occupancy");
+  n = std::max(1, n);
+  cache[key] = n;
+  return n;
 }
 
 }  // namespace
@@ -793,9 +924,11 @@ void attention_qkeys(const AttentionCall* calls, const size_t* offsets, int64_t 
     QLaunch l{};
     int blocks = 0;
     size_t smem = 0;
+    const KernelFn kernel = kernel_of(cfg);
     auto flush = [&]() {
       if (l.n_calls == 0) return;
-      launch_config(cfg, l, blocks, smem, stream);
+      resident_blocks(kernel, smem);  // the shared-memory limit is lifted before the first launch
+      kernel<<<unsigned(blocks), kThreads, smem, stream>>>(l);
       check(cudaGetLastError(), "attention (quantized key-parallel) launch");
       l = QLaunch{};
       blocks = 0;
@@ -822,8 +955,8 @@ void attention_qkeys(const AttentionCall* calls, const size_t* offsets, int64_t 
       kc.stages = stages_of(cfg);
       const size_t bytes = layout_bytes(cfg, kc.stages);
       // Runs of splits sized so a long call fills the GPU once with the blocks that fit per SM
-      // (the result does not depend on it).
-      const int fit = int(std::max<size_t>(1, (228 * 1024) / (bytes + 1024)));
+      // (registers and shared memory; the result does not depend on it).
+      const int fit = resident_blocks(kernel, bytes);
       const int64_t target = int64_t(std::max(1, std::min(tuning.keys_blocks_per_sm, fit))) * sm_count();
       const int64_t at_one = int64_t(kc.n_kv) * kc.n_rowgroups * kc.n_splits;
       kc.splits_per_block =
