@@ -531,6 +531,41 @@ TEST(AttentionCuda, PipelinedLoopEqualsPlainLoop) {
   }
 }
 
+// On a created stream the round-6 kernel's merge is launched with programmatic dependent launch
+// (cuda::pdl_enabled()): it must wait for the split kernel, so the bits equal the plain launch's
+// (the default stream), for decode and verify calls, repeated back to back.
+TEST(AttentionCuda, PdlMergeEqualsPlainMerge) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(test_seed() + 9);
+  for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
+    auto L = make_layer(40001, 2, 256, t, t, 256, rng);
+    for (int64_t T : {1, 3}) {
+      const int64_t n_heads = 16, pos0 = 40001 - T, hd = 256;
+      const auto q = random_q(T, n_heads, hd, rng);
+      const auto plain = gpu_attention(*L, q, T, pos0, n_heads);  // default stream
+      cudaStream_t stream;
+      ck(cudaStreamCreate(&stream));
+      auto dq = upload(q.data(), q.size() * 4);
+      DevBuf dout(q.size() * 4);
+      AttentionCall c;
+      c.kv = L->dev_view;
+      c.args = {dq->as<float>(), T, pos0, n_heads, 1.0f / 16.0f, dout.as<float>()};
+      DevBuf ws(cuda::attention_workspace_bytes(&c, 1));
+      ck(cudaMemset(ws.p, 0xff, ws.n));  // NaN partials: a merge that did not wait would show them
+      cuda::attention(&c, 1, ws.p, stream);
+      ck(cudaStreamSynchronize(stream));
+      EXPECT_EQ(std::memcmp(plain.data(), download(dout.as<float>(), q.size()).data(), plain.size() * 4), 0)
+          << type_name(t) << " T " << T << ": PDL merge differs from the plain launch (first call)";
+      for (int rep = 0; rep < 3; ++rep) cuda::attention(&c, 1, ws.p, stream);  // back to back
+      ck(cudaStreamSynchronize(stream));
+      ck(cudaStreamDestroy(stream));
+      const auto streamed = download(dout.as<float>(), q.size());
+      EXPECT_EQ(std::memcmp(plain.data(), streamed.data(), plain.size() * 4), 0)
+          << type_name(t) << " T " << T << ": PDL merge differs from the plain launch";
+    }
+  }
+}
+
 TEST(AttentionCuda, BadCallsThrow) {
   REQUIRE_GPU();
   std::mt19937_64 rng(test_seed() + 6);

@@ -306,6 +306,9 @@ int main(int argc, char** argv) {
       shapes.back().t.qkeys_pipelined = false;
       shapes.back().t.max_stages = 3;
       shapes.back().t.keys_smem_target = 100 * 1024;
+      shapes.push_back({"key-parallel, merge without PDL", d});
+      shapes.back().t.keys_quant = shapes.back().t.keys_f16 = true;
+      shapes.back().t.qkeys_pdl_merge = false;
       shapes.push_back({"round-4 key-parallel kernel", d});
       shapes.back().t.keys_quant = shapes.back().t.keys_f16 = true;
       shapes.back().t.qkeys = false;

@@ -76,6 +76,10 @@ struct SplitTuning {
   // j next to Oᵀ += Vᵀ·Pᵀ of j - 1); false runs one sub-tile after the other. The same arithmetic
   // in the same order: the same bits (a test checks it).
   bool qkeys_pipelined = true;
+  // The round-6 kernel's partials are folded by its own copy of the merge kernel, launched with
+  // programmatic dependent launch when cuda::pdl_enabled() (the same fold, the same bits); false:
+  // the split kernels' merge kernel, plain launch.
+  bool qkeys_pdl_merge = true;
   // Key-parallel kernel: ring depth within keys_smem_target (75 KiB: three blocks per SM, the
   // most its 168 registers allow), runs of splits for keys_blocks_per_sm blocks per SM (at most
   // as many as fit).

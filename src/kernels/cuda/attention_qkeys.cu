@@ -47,6 +47,7 @@
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_kernels.cuh"
 #include "kernels/cuda/attention_mma.cuh"
+#include "kernels/cuda/common.cuh"
 
 namespace weft::cuda::detail {
 
@@ -322,6 +323,11 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? (PIPE ? 2 : 3) : 1) qkeys_
   extern __shared__ __align__(16) uint8_t smem[];
   constexpr int R = 8 * NT, MT = HD / 16, QSTR = HD + 8, KS = HD / 16;
   constexpr int KRB = row_bytes_of(KT, HD), VRB = row_bytes_of(VT, HD);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // The merge kernel (launched with PDL) may be scheduled from here on; it waits for this grid's
+  // completion before it reads a partial. This kernel itself keeps the full stream dependency.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
   const int bid = int(blockIdx.x);
   const QCall& c = launch.calls[find_call(launch, bid)];
   const int local = bid - c.block_begin;
@@ -800,6 +806,88 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? (PIPE ? 2 : 3) : 1) qkeys_
   }
 }
 
+// ---- The merge of the split partials ----
+// merge_kernel's fold (attention_split.cu: the same two-level order and arithmetic), launched with
+// programmatic dependent launch so its launch and block set-up overlap the split kernel's tail;
+// pdl_begin waits for the split kernel's completion before any partial is read.
+constexpr int kMergeWarps = 32;  // groups folded side by side by one merge block
+
+struct QMergeCall {
+  const float* part;
+  float* out;
+  int64_t pos0;
+  int n_heads, n_splits, hd, block_begin;
+};
+struct QMergeLaunch {
+  QMergeCall calls[kMaxCalls];
+  int n_calls;
+};
+
+__global__ void __launch_bounds__(32 * kMergeWarps) qmerge_kernel(const __grid_constant__ QMergeLaunch launch) {
+  pdl_begin();
+  __shared__ float slot_acc[kMergeWarps][32], slot_m[kMergeWarps], slot_l[kMergeWarps];
+  const int bid = int(blockIdx.x);
+  int ci = 0;
+  while (ci + 1 < launch.n_calls && launch.calls[ci + 1].block_begin <= bid) ++ci;
+  const QMergeCall& c = launch.calls[ci];
+  const int chunks = c.hd / 32, local = bid - c.block_begin;
+  const int row = local / chunks, d = (local % chunks) * 32 + threadIdx.x % 32, w = threadIdx.x / 32;
+  const int t = row / c.n_heads;
+  const int ns = int((c.pos0 + t + 1 + kAttnSplitKeys - 1) / kAttnSplitKeys);
+  const int ng = (ns + kFoldGroup - 1) / kFoldGroup;
+  const float* p = c.part + int64_t(row) * c.n_splits * (c.hd + 2);
+  float acc = 0, m = 0, l = 0;  // warp 0: the running total
+  for (int base = 0; base < ng; base += kMergeWarps) {
+    const int gi = base + w;
+    if (gi < ng) {
+      const int s0 = gi * kFoldGroup, n = min(kFoldGroup, ns - s0);
+      float xa[kFoldGroup], xm[kFoldGroup], xl[kFoldGroup];
+#pragma unroll
+      for (int k = 0; k < kFoldGroup; ++k)
+        if (k < n) {
+          const float* ps = p + int64_t(s0 + k) * (c.hd + 2);
+          xa[k] = ps[d];
+          xm[k] = ps[c.hd];
+          xl[k] = ps[c.hd + 1];
+        }
+      float ga = xa[0], gm = xm[0], gl = xl[0];
+#pragma unroll
+      for (int k = 1; k < kFoldGroup; ++k)
+        if (k < n) {
+          float fm, fa, fb;
+          fold_scales(gm, xm[k], &fm, &fa, &fb);
+          ga = fold_value(ga, fa, xa[k], fb);
+          gl = fold_value(gl, fa, xl[k], fb);
+          gm = fm;
+        }
+      slot_acc[w][threadIdx.x % 32] = ga;
+      if (threadIdx.x % 32 == 0) {
+        slot_m[w] = gm;
+        slot_l[w] = gl;
+      }
+    }
+    __syncthreads();
+    if (w == 0) {
+      for (int k = 0; k < kMergeWarps && base + k < ng; ++k) {
+        const float ga = slot_acc[k][threadIdx.x], gm = slot_m[k], gl = slot_l[k];
+        if (base + k == 0) {
+          acc = ga;
+          m = gm;
+          l = gl;
+        } else {
+          float fm, fa, fb;
+          fold_scales(m, gm, &fm, &fa, &fb);
+          acc = fold_value(acc, fa, ga, fb);
+          l = fold_value(l, fa, gl, fb);
+          m = fm;
+        }
+      }
+    }
+    __syncthreads();
+  }
+  if (w == 0) c.out[int64_t(row) * c.hd + d] = acc * (1.0f / l);
+}
+
 // ---- Host side ----
 
 struct Config {
@@ -971,7 +1059,37 @@ void attention_qkeys(const AttentionCall* calls, const size_t* offsets, int64_t 
     }
     flush();
   }
-  merge_partials(calls, offsets, merge_calls.data(), int64_t(merge_calls.size()), workspace, stream);
+  if (!tuning.qkeys_pdl_merge) {  // the split kernels' merge kernel (plain launch)
+    merge_partials(calls, offsets, merge_calls.data(), int64_t(merge_calls.size()), workspace, stream);
+    return;
+  }
+  QMergeLaunch m{};
+  int blocks = 0;
+  auto flush_merge = [&]() {
+    if (m.n_calls == 0) return;
+    if (stream != nullptr) {
+      launch_pdl(qmerge_kernel, dim3(unsigned(blocks)), dim3(32 * kMergeWarps), 0, stream, m);
+    } else {  // the legacy default stream: a plain launch (pdl_begin's wait is then a no-op)
+      qmerge_kernel<<<unsigned(blocks), 32 * kMergeWarps, 0, stream>>>(m);
+      check(cudaGetLastError(), "attention (merge) launch");
+    }
+    m = QMergeLaunch{};
+    blocks = 0;
+  };
+  for (const int64_t i : merge_calls) {
+    const AttentionCall& call = calls[i];
+    QMergeCall& mc = m.calls[m.n_calls++];
+    mc.part = reinterpret_cast<const float*>(workspace + offsets[i]);
+    mc.out = call.args.out;
+    mc.pos0 = call.args.pos0;
+    mc.n_heads = int(call.args.n_heads);
+    mc.n_splits = int(n_splits_of(call));
+    mc.hd = int(call.kv.head_dim);
+    mc.block_begin = blocks;
+    blocks += int(call.args.T * call.args.n_heads) * (mc.hd / 32);
+    if (m.n_calls == kMaxCalls) flush_merge();
+  }
+  flush_merge();
 }
 
 }  // namespace weft::cuda::detail
