@@ -1,6 +1,6 @@
 // CUDA attention: checks each call, picks its kernel (a tiled kernel where it applies, by KV type:
-// attention_keys.cu or attention_split.cu; the simple reference kernel otherwise) and hands out
-// the workspace. See attention.cuh.
+// attention_qkeys.cu, attention_keys.cu or attention_split.cu; the simple reference kernel
+// otherwise) and hands out the workspace. See attention.cuh.
 #include "kernels/cuda/attention.cuh"
 
 #include <stdexcept>
