@@ -6,8 +6,9 @@
 //  * determinism: run to run bit-identical; a call's result independent of the rest of the batch;
 //    verify and prefill rows bit-identical to decode at the same position;
 //  * bad calls throw;
-//  * both tiled kernels (dim-parallel: f16 default; key-parallel: quantized default), each forced
-//    on every type (KeyParallelSeams; WEFT_CUDA_ATTN_KERNEL=dim|keys for the whole suite).
+//  * the tiled kernels (dim-parallel: f16 default; key-parallel: quantized default, round 6 for
+//    quantized K and V, round 4 for mixes with f16), each forced on every type (KeyParallelSeams;
+//    WEFT_CUDA_ATTN_KERNEL=dim|keys|keys4 for the whole suite).
 // Skips (and says so) without a GPU; it always compiles and links (CI has nvcc but no GPU).
 #include <gtest/gtest.h>
 
@@ -72,14 +73,27 @@ const bool kNoDirect = [] {
   return false;
 }();
 
-// WEFT_CUDA_ATTN_KERNEL=dim / keys: every tiled call on the dim-parallel split kernel
-// (attention_split.cu) or on the key-parallel one (attention_keys.cu) instead of the default by KV
-// type (f16: dim-parallel, quantized: key-parallel); all three settings must pass everything.
+// WEFT_CUDA_ATTN_KERNEL=dim / keys / keys4: every tiled call on the dim-parallel split kernel
+// (attention_split.cu), on the key-parallel ones (attention_qkeys.cu for quantized K and V,
+// attention_keys.cu otherwise), or on the round-4 key-parallel one (attention_keys.cu) for every
+// type, instead of the default by KV type (f16: dim-parallel, quantized: key-parallel); all four
+// settings must pass everything.
 const bool kKernelForced = [] {
   const char* e = std::getenv("WEFT_CUDA_ATTN_KERNEL");
   if (!e || !*e) return false;
   cuda::detail::SplitTuning t = cuda::detail::split_tuning();
-  t.keys_quant = t.keys_f16 = std::string(e) == "keys";
+  t.keys_quant = t.keys_f16 = std::string(e) == "keys" || std::string(e) == "keys4";
+  t.qkeys = std::string(e) != "keys4";
+  cuda::detail::set_split_tuning(t);
+  return true;
+}();
+// WEFT_CUDA_ATTN_PIPELINE=0: the round-6 kernel's decode / verify calls take its plain loop
+// instead of the software-pipelined one (the same bits; both must pass everything).
+const bool kPlainLoop = [] {
+  const char* e = std::getenv("WEFT_CUDA_ATTN_PIPELINE");
+  if (!e || std::string(e) != "0") return false;
+  cuda::detail::SplitTuning t = cuda::detail::split_tuning();
+  t.qkeys_pipelined = false;
   cuda::detail::set_split_tuning(t);
   return true;
 }();
@@ -432,17 +446,19 @@ TEST(AttentionCuda, DeterministicAndBatchInvariant) {
   EXPECT_EQ(std::memcmp(base.data(), reshaped.data(), base.size() * 4), 0) << "deep call: launch shape";
 }
 
-// The key-parallel kernel's own seams: 16-key warp sub-tiles and 64-key tiles cut by odd lengths
+// The key-parallel kernels' own seams: 16-key warp sub-tiles and 64-key tiles cut by odd lengths
 // and 32-token pages, GQA groups that leave padding rows (1, 3, 12) or fill two n-tiles (16),
-// verify calls of several row groups; and both tiled kernels on the same calls, each within the
-// bounds (they are different kernels: their bits differ, their accuracy must not).
+// verify calls of several row groups, mixed q8_0 / q4_0 K and V; and the three tiled kernels
+// (key-parallel round 6 / round 4, dim-parallel) on the same calls, each within the bounds (they
+// are different kernels: their bits differ, their accuracy must not).
 TEST(AttentionCuda, KeyParallelSeams) {
   REQUIRE_GPU();
   std::mt19937_64 rng(test_seed() + 7);
   const cuda::detail::SplitTuning saved = cuda::detail::split_tuning();
-  for (bool keys : {true, false}) {
+  for (int kernel : {0, 1, 2}) {  // key-parallel (round 6 where it applies), round 4, dim-parallel
     cuda::detail::SplitTuning t = saved;
-    t.keys_quant = t.keys_f16 = keys;
+    t.keys_quant = t.keys_f16 = kernel < 2;
+    t.qkeys = kernel == 0;
     cuda::detail::set_split_tuning(t);
     for (DType ty : kTypes) {
       for (int64_t ctx : {15, 16, 17, 63, 65, 1025}) check_case({ctx, 64, 2, 3, 32, ty, ty}, 1, rng);
@@ -452,6 +468,11 @@ TEST(AttentionCuda, KeyParallelSeams) {
       check_case({303, 128, 2, 12, 64, ty, ty}, 3, rng);   // 36 rows: three row groups
       check_case({520, 64, 1, 16, 32, ty, ty}, 4, rng);    // 64 rows
       check_case({520, 64, 1, 16, 32, ty, ty}, 5, rng);    // 80 rows: the in-block fold
+    }
+    for (int64_t hd : {64, 128, 256}) {  // q8_0 K with q4_0 V and back, every head size
+      check_case({333, hd, 2, 8, 32, DType::kQ8_0, DType::kQ4_0}, 1, rng);
+      check_case({334, hd, 2, 8, 64, DType::kQ4_0, DType::kQ8_0}, 2, rng);
+      check_case({335, hd, 1, 4, 32, DType::kQ4_0, DType::kQ8_0}, 30, rng);  // 120 rows: in-block fold
     }
   }
   cuda::detail::set_split_tuning(saved);
@@ -468,6 +489,79 @@ TEST(AttentionCuda, KeyParallelSeams) {
         EXPECT_EQ(std::memcmp(one.data(), multi.data() + i * row, size_t(row) * 4), 0)
             << type_name(ty) << " T " << T << ": row " << i << " differs from decode";
       }
+    }
+  }
+}
+
+// The round-6 kernel's software-pipelined loop runs the plain loop's arithmetic in the same order:
+// the same bits for decode and verify calls of every K/V type pair, head size and odd length
+// (sub-tiles cut by the end, splits and runs of splits, GQA groups with padding rows).
+TEST(AttentionCuda, PipelinedLoopEqualsPlainLoop) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(test_seed() + 8);
+  const cuda::detail::SplitTuning saved = cuda::detail::split_tuning();
+  struct P {
+    int64_t ctx, hd, n_kv, group, page, T;
+    DType k, v;
+  };
+  const P cases[] = {{5000, 256, 2, 8, 256, 1, DType::kQ8_0, DType::kQ8_0},
+                     {4099, 256, 2, 8, 64, 1, DType::kQ4_0, DType::kQ4_0},
+                     {40001, 256, 2, 8, 256, 1, DType::kQ8_0, DType::kQ4_0},
+                     {1025, 128, 1, 3, 32, 1, DType::kQ4_0, DType::kQ8_0},
+                     {63, 64, 2, 4, 96, 2, DType::kQ8_0, DType::kQ8_0},  // verify, 8 rows: pipelined
+                     {601, 256, 2, 8, 256, 3, DType::kQ8_0, DType::kQ8_0},  // verify, 24 rows: plain in both
+                     {17, 256, 1, 1, 32, 1, DType::kQ4_0, DType::kQ4_0}};
+  for (const P& p : cases) {
+    auto L = make_layer(p.ctx, p.n_kv, p.hd, p.k, p.v, p.page, rng);
+    const int64_t n_heads = p.n_kv * p.group;
+    const auto q = random_q(p.T, n_heads, p.hd, rng);
+    std::vector<float> out[2];
+    for (int pipe = 0; pipe < 2; ++pipe) {
+      cuda::detail::SplitTuning t = saved;
+      t.keys_quant = t.qkeys = true;
+      t.qkeys_pipelined = pipe == 1;
+      cuda::detail::set_split_tuning(t);
+      out[pipe] = gpu_attention(*L, q, p.T, p.ctx - p.T, n_heads);
+    }
+    cuda::detail::set_split_tuning(saved);
+    EXPECT_FALSE(has_nonfinite(out[1]));
+    EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * 4), 0)
+        << "ctx " << p.ctx << " hd " << p.hd << " K " << type_name(p.k) << " V " << type_name(p.v) << " T " << p.T
+        << ": pipelined and plain loops differ";
+  }
+}
+
+// On a created stream the round-6 kernel's merge is launched with programmatic dependent launch
+// (cuda::pdl_enabled()): it must wait for the split kernel, so the bits equal the plain launch's
+// (the default stream), for decode and verify calls, repeated back to back.
+TEST(AttentionCuda, PdlMergeEqualsPlainMerge) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(test_seed() + 9);
+  for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
+    auto L = make_layer(40001, 2, 256, t, t, 256, rng);
+    for (int64_t T : {1, 3}) {
+      const int64_t n_heads = 16, pos0 = 40001 - T, hd = 256;
+      const auto q = random_q(T, n_heads, hd, rng);
+      const auto plain = gpu_attention(*L, q, T, pos0, n_heads);  // default stream
+      cudaStream_t stream;
+      ck(cudaStreamCreate(&stream));
+      auto dq = upload(q.data(), q.size() * 4);
+      DevBuf dout(q.size() * 4);
+      AttentionCall c;
+      c.kv = L->dev_view;
+      c.args = {dq->as<float>(), T, pos0, n_heads, 1.0f / 16.0f, dout.as<float>()};
+      DevBuf ws(cuda::attention_workspace_bytes(&c, 1));
+      ck(cudaMemset(ws.p, 0xff, ws.n));  // NaN partials: a merge that did not wait would show them
+      cuda::attention(&c, 1, ws.p, stream);
+      ck(cudaStreamSynchronize(stream));
+      EXPECT_EQ(std::memcmp(plain.data(), download(dout.as<float>(), q.size()).data(), plain.size() * 4), 0)
+          << type_name(t) << " T " << T << ": PDL merge differs from the plain launch (first call)";
+      for (int rep = 0; rep < 3; ++rep) cuda::attention(&c, 1, ws.p, stream);  // back to back
+      ck(cudaStreamSynchronize(stream));
+      ck(cudaStreamDestroy(stream));
+      const auto streamed = download(dout.as<float>(), q.size());
+      EXPECT_EQ(std::memcmp(plain.data(), streamed.data(), plain.size() * 4), 0)
+          << type_name(t) << " T " << T << ": PDL merge differs from the plain launch";
     }
   }
 }

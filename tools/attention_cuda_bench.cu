@@ -4,8 +4,10 @@
 // (CUDA events around split + merge, median of repeats, L2 flushed before each repeat), against
 // the device-to-device copy bandwidth measured in the same run ((read + write bytes) / time),
 // as a Markdown table with the q8_0/f16 and q4_0/f16 time ratios (default kernel per KV type),
-// and the times of both tiled kernels forced (dim-parallel: attention_split.cu, the f16 kernel and
-// the quantized one before; key-parallel: attention_keys.cu) on the same cache in the same run. Every repeat is queued behind
+// and the times of the tiled kernels forced (dim-parallel: attention_split.cu, the f16 kernel and
+// the quantized one of round 3; key-parallel: attention_qkeys.cu for quantized K and V (round 6),
+// attention_keys.cu otherwise; and attention_keys.cu for every type: the quantized kernel of
+// round 4) on the same cache in the same run. Every repeat is queued behind
 // its L2 flush before anything is waited for, so the events time the GPU work, not the host's
 // launch overhead (as in a decode step captured in a CUDA graph).
 // --sweep adds a table of launch shapes (cuda::detail::SplitTuning) at 32K and 128K.
@@ -208,8 +210,8 @@ int main(int argc, char** argv) {
               prop.name, prop.multiProcessorCount, (long long)n_heads, (long long)n_kv, (long long)hd, T, repeats);
   std::printf("Device-to-device copy bandwidth (read + write): %.0f GB/s\n\n", copy_gbs);
   std::printf("| depth | KV type | KV bytes read (MiB) | time (µs) | GB/s | %% of copy BW | time / f16 | "
-              "dim-parallel kernel (µs) | key-parallel kernel (µs) |\n");
-  std::printf("|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
+              "dim-parallel kernel (µs) | key-parallel kernel (µs) | round-4 key-parallel kernel (µs) |\n");
+  std::printf("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int ti = 0; ti < 3; ++ti) {
     const DType t = types[ti];
     if (!only_type.empty() && only_type != type_name(t)) continue;
@@ -255,10 +257,11 @@ int main(int argc, char** argv) {
       ck(cudaGetLastError(), "attention");
       // The same call on each tiled kernel (same workspace: both write the same partials).
       const cuda::detail::SplitTuning saved = cuda::detail::split_tuning();
-      double forced_us[2];
-      for (int keys = 0; keys < 2; ++keys) {
+      double forced_us[3];
+      for (int keys = 0; keys < 3; ++keys) {
         cuda::detail::SplitTuning f = saved;
-        f.keys_quant = f.keys_f16 = keys == 1;
+        f.keys_quant = f.keys_f16 = keys >= 1;
+        f.qkeys = keys == 1;
         cuda::detail::set_split_tuning(f);
         forced_us[keys] = time_us(stream, src, size_t(256) << 20, repeats, [&] { cuda::attention(&c, 1, ws, stream); });
       }
@@ -268,9 +271,9 @@ int main(int argc, char** argv) {
       us[{depth, ti}] = t_us;
       char ratio[32] = "1.00";
       if (ti > 0) std::snprintf(ratio, sizeof ratio, "%.2f", t_us / us[{depth, 0}]);
-      std::printf("| %lldK | %s | %.1f | %.1f | %.0f | %.0f%% | %s | %.1f | %.1f |\n", (long long)(depth / 1024),
-                  type_name(t), bytes / 1048576.0, t_us, gbs, 100.0 * gbs / copy_gbs, ratio, forced_us[0],
-                  forced_us[1]);
+      std::printf("| %lldK | %s | %.1f | %.1f | %.0f | %.0f%% | %s | %.1f | %.1f | %.1f |\n",
+                  (long long)(depth / 1024), type_name(t), bytes / 1048576.0, t_us, gbs, 100.0 * gbs / copy_gbs,
+                  ratio, forced_us[0], forced_us[1], forced_us[2]);
       std::fflush(stdout);
       ck(cudaFree(ws), "free");
     }
@@ -295,6 +298,20 @@ int main(int argc, char** argv) {
       shapes.push_back({"key-parallel, 2 stages", d});
       shapes.back().t.keys_quant = shapes.back().t.keys_f16 = true;
       shapes.back().t.max_stages = 2;
+      shapes.push_back({"key-parallel, plain loop (not pipelined)", d});
+      shapes.back().t.keys_quant = shapes.back().t.keys_f16 = true;
+      shapes.back().t.qkeys_pipelined = false;
+      shapes.push_back({"key-parallel, plain loop, 3 stages within 100 KiB", d});
+      shapes.back().t.keys_quant = shapes.back().t.keys_f16 = true;
+      shapes.back().t.qkeys_pipelined = false;
+      shapes.back().t.max_stages = 3;
+      shapes.back().t.keys_smem_target = 100 * 1024;
+      shapes.push_back({"key-parallel, merge without PDL", d});
+      shapes.back().t.keys_quant = shapes.back().t.keys_f16 = true;
+      shapes.back().t.qkeys_pdl_merge = false;
+      shapes.push_back({"round-4 key-parallel kernel", d});
+      shapes.back().t.keys_quant = shapes.back().t.keys_f16 = true;
+      shapes.back().t.qkeys = false;
       shapes.push_back({"dim-parallel kernel", d});
       shapes.back().t.keys_quant = shapes.back().t.keys_f16 = false;
       shapes.push_back({"dim-parallel, 4 warps", d});

@@ -34,6 +34,15 @@ size_t keys_workspace_bytes(const AttentionCall& c);
 void attention_keys(const AttentionCall* calls, const size_t* offsets, int64_t n, uint8_t* workspace,
                     cudaStream_t stream);
 
+// The quantized key-parallel kernel (attention_qkeys.cu, issue 11 round 6): q8_0 / q4_0 K and V
+// (either mix of the two), head_dim 64, 128 or 256, any GQA group, page_tokens % 32 == 0. The
+// round-4 kernel's work split, fold tree and partial layout, compiled per K/V type with shorter
+// instruction streams; other bits (another kernel).
+bool qkeys_supports(const AttentionCall& c);
+size_t qkeys_workspace_bytes(const AttentionCall& c);
+void attention_qkeys(const AttentionCall* calls, const size_t* offsets, int64_t n, uint8_t* workspace,
+                     cudaStream_t stream);
+
 // Folds the split partials ([T·n_heads][n_splits][hd + 2]: O, m, l) of calls[which[0..n_which)]
 // into their outputs in the fixed two-level order (both tiled kernels write that layout).
 void merge_partials(const AttentionCall* calls, const size_t* offsets, const int64_t* which, int64_t n_which,
@@ -60,6 +69,17 @@ struct SplitTuning {
   // docs/results.md section 9), frozen as the strict f16 decode kernel.
   bool keys_quant = true;
   bool keys_f16 = false;
+  // Calls whose K and V are both quantized take the round-6 kernel (attention_qkeys.cu) when the
+  // key-parallel kernel is chosen; false keeps them on the round-4 one (benchmarks, tests).
+  bool qkeys = true;
+  // The round-6 kernel's decode / verify calls run its software-pipelined loop (scores of sub-tile
+  // j next to Oᵀ += Vᵀ·Pᵀ of j - 1); false runs one sub-tile after the other. The same arithmetic
+  // in the same order: the same bits (a test checks it).
+  bool qkeys_pipelined = true;
+  // The round-6 kernel's partials are folded by its own copy of the merge kernel, launched with
+  // programmatic dependent launch when cuda::pdl_enabled() (the same fold, the same bits); false:
+  // the split kernels' merge kernel, plain launch.
+  bool qkeys_pdl_merge = true;
   // Key-parallel kernel: ring depth within keys_smem_target (75 KiB: three blocks per SM, the
   // most its 168 registers allow), runs of splits for keys_blocks_per_sm blocks per SM (at most
   // as many as fit).
