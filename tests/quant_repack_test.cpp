@@ -32,26 +32,27 @@ uint32_t fresh_seed() {
 
 // N rows of K q4_K columns: quantized Gaussian rows, or (extreme) random bytes with finite f16
 // scales and, for row 0, every code nibble 15 and every 6-bit scale and min 63.
-std::vector<uint8_t> make_rows(int64_t N, int64_t K, bool extreme, std::mt19937* rng) {
-  const size_t row_bytes = ggml_row_bytes(kQ4K, K);
+std::vector<uint8_t> make_rows(GgmlType type, int64_t N, int64_t K, bool extreme, std::mt19937* rng) {
+  const size_t row_bytes = ggml_row_bytes(type, K);
+  const size_t block = ggml_row_bytes(type, kQK_K);
   std::vector<uint8_t> w(row_bytes * size_t(N));
   std::normal_distribution<float> g(0, 1);
   std::vector<float> row(static_cast<size_t>(K));
   for (int64_t n = 0; n < N; ++n) {
     for (auto& v : row) v = g(*rng);
-    quantize_row(kQ4K, row.data(), w.data() + size_t(n) * row_bytes, K);
+    quantize_row(type, row.data(), w.data() + size_t(n) * row_bytes, K);
     if (!extreme) continue;
-    for (size_t off = 0; off < row_bytes; off += sizeof(BlockQ4_K)) {
+    for (size_t off = 0; off < row_bytes; off += block) {
       uint8_t* blk = w.data() + size_t(n) * row_bytes + off;
-      for (size_t i = 4; i < sizeof(BlockQ4_K); ++i) blk[i] = n == 0 ? 0xFF : uint8_t((*rng)());
+      for (size_t i = 4; i < block; ++i) blk[i] = n == 0 ? 0xFF : uint8_t((*rng)());
     }
   }
   return w;
 }
 
-std::vector<uint8_t> repacked(const std::vector<uint8_t>& w, int64_t N, int64_t K) {
+std::vector<uint8_t> repacked(GgmlType type, const std::vector<uint8_t>& w, int64_t N, int64_t K) {
   std::vector<uint8_t> r(w.size());
-  repack_q4_K_matrix(w.data(), N, K, r.data());
+  repack_matrix_x8(type, w.data(), N, K, r.data());
   return r;
 }
 
@@ -70,20 +71,23 @@ void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b, 
   EXPECT_EQ(bad, 0) << what;
 }
 
+constexpr GgmlType kGroupedTypes[] = {GgmlType::kQ4_K, GgmlType::kQ5_K};
+
 TEST(QuantRepack, RoundTripsEveryRowOnAnyBytes) {
   std::mt19937 rng(fresh_seed());
+  for (GgmlType type : kGroupedTypes)
   for (int64_t K : {256, 512, 4096 + 256}) {
     const int64_t N = 21;  // two groups and a plain tail of 5
-    const size_t row_bytes = ggml_row_bytes(kQ4K, K);
+    const size_t row_bytes = ggml_row_bytes(type, K);
     std::vector<uint8_t> w(row_bytes * N);
     for (auto& b : w) b = uint8_t(rng());
-    const std::vector<uint8_t> r = repacked(w, N, K);
+    const std::vector<uint8_t> r = repacked(type, w, N, K);
     EXPECT_NE(std::memcmp(r.data(), w.data(), 16 * row_bytes), 0) << "the groups are rearranged";
     EXPECT_EQ(std::memcmp(r.data() + 16 * row_bytes, w.data() + 16 * row_bytes, 5 * row_bytes), 0) << "tail plain";
     std::vector<uint8_t> scratch(row_bytes);
     const QuantLayout layout{16};
     for (int64_t n = 0; n < N; ++n) {
-      const uint8_t* row = quant_row_plain(kQ4K, r.data(), K, layout, n, scratch.data());
+      const uint8_t* row = quant_row_plain(type, r.data(), K, layout, n, scratch.data());
       EXPECT_EQ(std::memcmp(row, w.data() + size_t(n) * row_bytes, row_bytes), 0) << "row " << n << " K " << K;
     }
   }
@@ -109,29 +113,30 @@ TEST(QuantRepack, EveryPathOnGroupsGivesThePlainScalarBits) {
   struct Shape {
     int64_t N, K, T;
   };
+  for (GgmlType type : kGroupedTypes)
   for (bool extreme : {false, true}) {
     for (Shape s : {Shape{8, 256, 1}, Shape{13, 512, 1}, Shape{16, 256, 2}, Shape{37, 4096 + 256, 1},
                     Shape{24, 512, 3}, Shape{19, 768, 4}, Shape{40, 512, 9}, Shape{515, 2048, 1}}) {
-      const std::vector<uint8_t> w = make_rows(s.N, s.K, extreme, &rng);
-      const std::vector<uint8_t> r = repacked(w, s.N, s.K);
+      const std::vector<uint8_t> w = make_rows(type, s.N, s.K, extreme, &rng);
+      const std::vector<uint8_t> r = repacked(type, w, s.N, s.K);
       const std::vector<float> x = activations(s.T, s.K, &rng);
       std::vector<float> ref(size_t(s.T * s.N));
-      quant_matmul_scalar(kQ4K, w.data(), s.N, s.K, x.data(), s.K, s.T, ref.data(), s.N, nullptr);
+      quant_matmul_scalar(type, w.data(), s.N, s.K, x.data(), s.K, s.T, ref.data(), s.N, nullptr);
       const QuantLayout layout{s.N / 8 * 8};
       for (const Path& p : paths) {
         if (!p.available) continue;
         for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
           std::vector<float> out(ref.size(), -1.0f);
-          p.fn(kQ4K, r.data(), s.N, s.K, x.data(), s.K, s.T, out.data(), s.N, tp, layout);
-          expect_same_bits(ref, out, std::string(p.name) + (extreme ? " extreme" : "") + " N=" + std::to_string(s.N) +
+          p.fn(type, r.data(), s.N, s.K, x.data(), s.K, s.T, out.data(), s.N, tp, layout);
+          expect_same_bits(ref, out, std::string(ggml_type_name(type)) + " " + p.name + (extreme ? " extreme" : "") + " N=" + std::to_string(s.N) +
                                          " K=" + std::to_string(s.K) + " T=" + std::to_string(s.T));
         }
       }
       // The pre-quantized entry (the grouped expert path's).
-      std::vector<uint8_t> xq(size_t(s.T) * quant_activation_row_bytes(kQ4K, s.K));
-      quantize_activation_rows(kQ4K, x.data(), s.K, s.T, s.K, xq.data());
+      std::vector<uint8_t> xq(size_t(s.T) * quant_activation_row_bytes(type, s.K));
+      quantize_activation_rows(type, x.data(), s.K, s.T, s.K, xq.data());
       std::vector<float> out(ref.size(), -1.0f);
-      quant_matmul_quantized(kQ4K, r.data(), s.N, s.K, xq.data(), s.T, out.data(), s.N, &pool, layout);
+      quant_matmul_quantized(type, r.data(), s.N, s.K, xq.data(), s.T, out.data(), s.N, &pool, layout);
       expect_same_bits(ref, out, "quantized entry N=" + std::to_string(s.N));
     }
   }
@@ -157,22 +162,28 @@ TEST(QuantRepack, BoundBackendGivesTheInPlaceBits) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  // A dense matrix with a tail (45 rows), an embedding table, and three experts cut from one
-  // stacked tensor (75 rows each, K = 2048: several grouped-path blocks); the table twice (a
+  // A q4_K dense matrix with a tail (45 rows), a q4_K embedding table, and three q5_K experts cut
+  // from one stacked tensor (75 rows each, K = 2048: several grouped-path blocks); the table twice (a
   // tied head).
   const int64_t K = 2048, N = 45, V = 19, E = 3, NE = 75;
-  const size_t rb = ggml_row_bytes(kQ4K, K);
-  const std::vector<uint8_t> dense = make_rows(N, K, false, &rng), table = make_rows(V, K, false, &rng);
-  const std::vector<uint8_t> stacked = make_rows(E * NE, K, false, &rng);
-  const DType dt = *ggml_type_to_dtype(kQ4K);
+  const size_t rb5 = ggml_row_bytes(GgmlType::kQ5_K, K);
+  const std::vector<uint8_t> dense = make_rows(kQ4K, N, K, false, &rng), table = make_rows(kQ4K, V, K, false, &rng);
+  const std::vector<uint8_t> stacked = make_rows(GgmlType::kQ5_K, E * NE, K, false, &rng);  // q5_K experts
+  const DType dt = *ggml_type_to_dtype(kQ4K), dt5 = *ggml_type_to_dtype(GgmlType::kQ5_K);
   const Matrix md{dt, dense.data(), N, K}, mt{dt, table.data(), V, K};
   std::vector<Matrix> experts;
-  for (int64_t e = 0; e < E; ++e) experts.push_back(Matrix{dt, stacked.data() + size_t(e * NE) * rb, NE, K});
+  for (int64_t e = 0; e < E; ++e) experts.push_back(Matrix{dt5, stacked.data() + size_t(e * NE) * rb5, NE, K});
   WeightSet set;
   set.matrices = {md, mt, mt, experts[0], experts[1], experts[2]};
   CpuBackend bound(2), in_place(2);
   const int key = 0;
   ASSERT_TRUE(bound.bind_weights(&key, set).ok());
+  {
+    std::string why;
+    auto copy = HostWeightCopy::shared(&key, set, &why);
+    ASSERT_NE(copy, nullptr) << why;
+    EXPECT_EQ(copy->repacked_matrices(), 5u) << "dense, table (once) and three experts";
+  }
   const int64_t T = 3;
   const std::vector<float> x = activations(T, K, &rng);
   auto both = [&](const Matrix& m, int64_t t, const char* what) {
@@ -211,7 +222,7 @@ TEST(QuantRepack, OverlappingMatricesStayPlain) {
   std::mt19937 rng(fresh_seed());
   const int64_t K = 256, NE = 16;
   const size_t rb = ggml_row_bytes(kQ4K, K);
-  const std::vector<uint8_t> stacked = make_rows(3 * NE, K, false, &rng);
+  const std::vector<uint8_t> stacked = make_rows(kQ4K, 3 * NE, K, false, &rng);
   const DType dt = *ggml_type_to_dtype(kQ4K);
   WeightSet set;
   for (int64_t e = 0; e < 3; ++e) set.matrices.push_back(Matrix{dt, stacked.data() + size_t(e * NE) * rb, NE, K});

@@ -188,22 +188,24 @@ int main(int argc, char** argv) {
       std::memcpy(a.data.data() + size_t(c) * a.matrix_bytes, a.data.data(), a.matrix_bytes);
     arms.push_back(std::move(a));
   }
-  // The q4_K x8 arm: the q4_K copies repacked into 8-row groups, as the CPU backend's weight copy
+  // The x8 arms (q4_K, q5_K): the copies repacked into 8-row groups, as the CPU backend's weight copy
   // stores them (where the CPU has the grouped kernel), through quant_matmul's dispatch.
-  if (use_avx512_vnni() && quant_dot_groups_avx512(GgmlType::kQ4_K) != nullptr) {
-    for (const Arm& q4 : arms) {
-      if (q4.type != GgmlType::kQ4_K) continue;
+  if (use_avx512_vnni()) {
+    const size_t own = arms.size();
+    for (size_t i = 0; i < own; ++i) {
+      const Arm& plain = arms[i];
+      if (quant_dot_groups_avx512(plain.type) == nullptr) continue;
       Arm a;
-      a.type = q4.type;
-      a.label = "q4_K@x8";
-      a.layout = QuantLayout{N / kQ4KGroupRows * kQ4KGroupRows};
-      a.matrix_bytes = q4.matrix_bytes;
-      a.copies = q4.copies;
-      a.data.resize(q4.data.size());
+      a.type = plain.type;
+      a.label = std::string(ggml_type_name(plain.type)) + "@x8";
+      a.layout = QuantLayout{N / kX8GroupRows * kX8GroupRows};
+      a.matrix_bytes = plain.matrix_bytes;
+      a.copies = plain.copies;
+      a.data.resize(plain.data.size());
       for (int64_t c = 0; c < a.copies; ++c)
-        repack_q4_K_matrix(q4.data.data() + size_t(c) * a.matrix_bytes, N, K, a.data.data() + size_t(c) * a.matrix_bytes);
+        repack_matrix_x8(a.type, arms[i].data.data() + size_t(c) * a.matrix_bytes, N, K,
+                         a.data.data() + size_t(c) * a.matrix_bytes);
       arms.push_back(std::move(a));
-      break;
     }
   }
   // llama.cpp arms: the same weight copies (shared by pointer), ggml's dot per row.

@@ -247,7 +247,7 @@ void CpuBackend::grouped_matmul(const MoeRouting& r, const GroupedMatmul* jobs, 
       const Matrix& w = jobs[j].w[e];
       const int64_t row_bytes = int64_t(w.row_bytes());
       const int64_t block = std::max<int64_t>(kMatmulRowsPerTask, ((65536 / std::max<int64_t>(1, row_bytes)) + 7) & ~7);
-      static_assert(kMatmulRowsPerTask % kQ4KGroupRows == 0, "blocks must not split a q4_K group");
+      static_assert(kMatmulRowsPerTask % kX8GroupRows == 0, "blocks must not split a q4_K group");
       for (int64_t n0 = 0; n0 < w.rows; n0 += block) tasks.push_back({j, int32_t(e), n0, std::min(w.rows, n0 + block)});
     }
   }

@@ -200,7 +200,7 @@ std::shared_ptr<const HostWeightCopy> HostWeightCopy::shared(const void* key, co
 }
 
 void HostWeightCopy::repack(const WeightSet& set) {
-  // Candidates: q4_K matrices of at least one group, each distinct matrix once (a tied head is
+  // Candidates: q4_K / q5_K matrices of at least one group, each distinct matrix once (a tied head is
   // the embedding table twice).
   std::vector<Repacked> cand;
   struct Geometry {
@@ -213,8 +213,8 @@ void HostWeightCopy::repack(const WeightSet& set) {
     const auto b = reinterpret_cast<uintptr_t>(m.data);
     all.push_back({b, b + m.bytes()});
     const std::optional<GgmlType> t = ggml_type_from_dtype(m.dtype);
-    if (!t || !quant_type_has_groups(*t) || m.rows < kQ4KGroupRows) continue;
-    cand.push_back({b, b + m.bytes(), m.row_bytes(), m.rows / kQ4KGroupRows * kQ4KGroupRows});
+    if (!t || !quant_type_has_groups(*t) || m.rows < kX8GroupRows) continue;
+    cand.push_back({b, b + m.bytes(), m.row_bytes(), m.rows / kX8GroupRows * kX8GroupRows, *t});
     geom.push_back({m.rows, m.cols});
   }
   std::vector<size_t> order(cand.size());
@@ -233,11 +233,11 @@ void HostWeightCopy::repack(const WeightSet& set) {
     const size_t p = size_t(std::lower_bound(all.begin(), all.end(), std::make_pair(c.begin, c.end)) - all.begin());
     if ((p > 0 && reach[p - 1] > c.begin) || (p + 1 < all.size() && all[p + 1].first < c.end)) continue;
     auto* dst = const_cast<uint8_t*>(static_cast<const uint8_t*>(translate(reinterpret_cast<const void*>(c.begin))));
-    const size_t group_bytes = kQ4KGroupRows * c.row_bytes;
+    const size_t group_bytes = kX8GroupRows * c.row_bytes;
     group.resize(group_bytes);
-    for (int64_t r = 0; r < c.grouped_rows; r += kQ4KGroupRows) {
+    for (int64_t r = 0; r < c.grouped_rows; r += kX8GroupRows) {
       uint8_t* at = dst + size_t(r) * c.row_bytes;
-      repack_q4_K_x8(at, c.row_bytes, geom[order[k]].cols, group.data());
+      repack_x8(c.type, at, c.row_bytes, geom[order[k]].cols, group.data());
       std::memcpy(at, group.data(), group_bytes);
     }
     repacked_.push_back(c);
@@ -257,9 +257,9 @@ std::optional<QuantLayout> HostWeightCopy::layout(const Matrix& m) const {
   if (end > it->end || m.row_bytes() != it->row_bytes || (a - it->begin) % it->row_bytes != 0) return std::nullopt;
   const int64_t first = int64_t((a - it->begin) / it->row_bytes);
   if (first >= it->grouped_rows) return QuantLayout{};  // the plain tail
-  if (first % kQ4KGroupRows != 0) return std::nullopt;
+  if (first % kX8GroupRows != 0) return std::nullopt;
   const int64_t grouped = std::min<int64_t>(m.rows, it->grouped_rows - first);
-  if (grouped % kQ4KGroupRows != 0) return std::nullopt;  // ends inside a group
+  if (grouped % kX8GroupRows != 0) return std::nullopt;  // ends inside a group
   return QuantLayout{grouped};
 }
 

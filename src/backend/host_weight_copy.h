@@ -16,8 +16,8 @@
 // the matrices exceed half of MemAvailable, when transparent huge pages are off ("[never]"), or
 // when WEFT_CPU_WEIGHTS=mmap.
 //
-// Repack: where the CPU has the grouped q4_K kernel (AVX-512 VNNI), every q4_K matrix of the set
-// with at least 8 rows is stored in the copy as q4_K x8 groups (kernels/cpu/quant_repack.h: the
+// Repack: where the CPU has the grouped kernels (AVX-512 VNNI), every q4_K and q5_K matrix of the
+// set with at least 8 rows is stored in the copy as x8 groups (kernels/cpu/quant_repack.h: the
 // same bytes per matrix, rearranged within the matrix's own range), and layout() says so; every
 // other byte is copied unchanged. The kernels give the same bits either way (the grouped kernel
 // keeps each output's float order). WEFT_CPU_WEIGHTS=copy-plain copies without repacking (the
@@ -75,6 +75,7 @@ class HostWeightCopy {
     uintptr_t begin = 0, end = 0;  // source addresses
     size_t row_bytes = 0;
     int64_t grouped_rows = 0;
+    GgmlType type = GgmlType::kQ4_K;
   };
   std::vector<Repacked> repacked_;  // sorted by begin, disjoint
   void* mapping_ = nullptr;

@@ -186,22 +186,22 @@ void run_quant_rows(GgmlType wtype, const void* w, int64_t N, int64_t K, const u
   const auto* wbytes = static_cast<const uint8_t*>(w);
   const size_t row_bytes = ggml_row_bytes(wtype, K);
   const int64_t grouped = layout.grouped_rows < N ? layout.grouped_rows : N;
-  assert(grouped % kQ4KGroupRows == 0 && (grouped == 0 || quant_type_has_groups(wtype)));
+  assert(grouped % kX8GroupRows == 0 && (grouped == 0 || quant_type_has_groups(wtype)));
   int64_t rows_per_task = kQuantRowsPerTask;
   if (T == 1)
     while (size_t(rows_per_task) * row_bytes < size_t(kQuantDecodeTaskBytes)) rows_per_task *= 2;
-  static_assert(kQuantRowsPerTask % kQ4KGroupRows == 0, "row tasks must not split a group");
+  static_assert(kQuantRowsPerTask % kX8GroupRows == 0, "row tasks must not split a group");
   auto task = [&](int64_t i) {
     const int64_t n0 = i * rows_per_task;
     const int64_t n1 = n0 + rows_per_task < N ? n0 + rows_per_task : N;
     const int64_t g1 = n1 < grouped ? n1 : grouped;
     if (n0 < g1) {
       const uint8_t* at = wbytes + size_t(n0) * row_bytes;
-      const int64_t ng = (g1 - n0) / kQ4KGroupRows;
+      const int64_t ng = (g1 - n0) / kX8GroupRows;
       if (groups != nullptr) {
         groups(at, row_bytes, ng, xq, xq_bytes, T, K, out + n0, ldo);
       } else {
-        quant_dot_groups_via_rows(dot, at, row_bytes, ng, xq, xq_bytes, T, K, out + n0, ldo);
+        quant_dot_groups_via_rows(wtype, dot, at, row_bytes, ng, xq, xq_bytes, T, K, out + n0, ldo);
       }
     }
     const int64_t p0 = n0 > g1 ? n0 : g1;
@@ -263,14 +263,14 @@ QuantDotRowsFn quant_dot_rows_scalar(GgmlType wtype) {
   }
 }
 
-void quant_dot_groups_via_rows(QuantDotRowsFn rows, const uint8_t* w, size_t row_bytes, int64_t groups,
+void quant_dot_groups_via_rows(GgmlType wtype, QuantDotRowsFn rows, const uint8_t* w, size_t row_bytes, int64_t groups,
                                const uint8_t* xq, size_t xq_stride, int64_t ntok, int64_t K, float* out, int64_t ldo) {
   thread_local std::vector<uint8_t> plain;
-  if (plain.size() < kQ4KGroupRows * row_bytes) plain.resize(kQ4KGroupRows * row_bytes);
+  if (plain.size() < kX8GroupRows * row_bytes) plain.resize(kX8GroupRows * row_bytes);
   for (int64_t g = 0; g < groups; ++g) {
-    const uint8_t* group = w + size_t(g) * kQ4KGroupRows * row_bytes;
-    for (int i = 0; i < kQ4KGroupRows; ++i) unpack_q4_K_x8_row(group, K, i, plain.data() + size_t(i) * row_bytes);
-    rows(plain.data(), row_bytes, kQ4KGroupRows, xq, xq_stride, ntok, K, out + kQ4KGroupRows * g, ldo);
+    const uint8_t* group = w + size_t(g) * kX8GroupRows * row_bytes;
+    for (int i = 0; i < kX8GroupRows; ++i) unpack_x8_row(wtype, group, K, i, plain.data() + size_t(i) * row_bytes);
+    rows(plain.data(), row_bytes, kX8GroupRows, xq, xq_stride, ntok, K, out + kX8GroupRows * g, ldo);
   }
 }
 

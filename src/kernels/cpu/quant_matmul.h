@@ -68,8 +68,8 @@ void quant_matmul_avx512(GgmlType wtype, const void* w, int64_t N, int64_t K, co
                          int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool);
 
 // The same entry points for a matrix stored as `layout` says (quant_repack.h: leading rows in
-// q4_K x8 groups, as the CPU backend's weight copy stores them); the overloads above read plain
-// rows. Every output is the same bits as the plain layout's.
+// x8 groups of q4_K / q5_K, as the CPU backend's weight copy stores them); the entry points above
+// read plain rows. Every output is the same bits as the plain layout's.
 void quant_matmul_with_layout(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
                   int64_t T, float* out, int64_t ldo, ThreadPool* pool, const QuantLayout& layout);
 void quant_matmul_scalar_with_layout(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
@@ -114,7 +114,7 @@ QuantDotRowsFn quant_dot_rows_avx2(GgmlType wtype);
 QuantDotRowsFn quant_dot_rows_avx512(GgmlType wtype);
 
 // The grouped-layout kernel (quant_repack.h): out[t * ldo + 8g + r] = row r of group g (groups
-// kQ4KGroupRows * row_bytes apart from w) times token t, for g < groups. The same bits as the
+// kX8GroupRows * row_bytes apart from w) times token t, for g < groups. The same bits as the
 // row kernels on the plain rows. Only the AVX-512 path has one (nullptr otherwise, and for types
 // without groups); the others run quant_dot_groups_via_rows.
 using QuantDotGroupsFn = void (*)(const uint8_t* w, size_t row_bytes, int64_t groups, const uint8_t* xq,
@@ -122,7 +122,7 @@ using QuantDotGroupsFn = void (*)(const uint8_t* w, size_t row_bytes, int64_t gr
 QuantDotGroupsFn quant_dot_groups_avx512(GgmlType wtype);
 // Any row kernel on grouped rows: each group unpacked to its plain rows (in a per-thread scratch),
 // then `rows` on them. This is the scalar twin of the grouped kernels (with the scalar rows).
-void quant_dot_groups_via_rows(QuantDotRowsFn rows, const uint8_t* w, size_t row_bytes, int64_t groups,
+void quant_dot_groups_via_rows(GgmlType wtype, QuantDotRowsFn rows, const uint8_t* w, size_t row_bytes, int64_t groups,
                                const uint8_t* xq, size_t xq_stride, int64_t ntok, int64_t K, float* out, int64_t ldo);
 
 }  // namespace weft

@@ -1,4 +1,4 @@
-// The q4_K x8 decode kernel (AVX-512 VNNI in 256-bit registers): eight rows of a repacked group
+// The q4_K / q5_K x8 decode kernels (AVX-512 VNNI in 256-bit registers): eight rows of a repacked group
 // (quant_repack.h) per pass, lane r of every register belonging to row r.
 //
 // Same integers, same float steps as the one-row kernel (quant_matmul.h's contract), only
@@ -47,18 +47,25 @@ inline __m256i pair_mask(int s) {
                           char(b + 3), char(0x80));
 }
 
-// One token against `groups` groups: out[8g + r].
+// One token against `groups` groups: out[8g + r]. q5_K adds 16 to a code where its fifth bit
+// (bit s of the row's qh byte for that position) is set: vptestmb + masked vpaddb, as the
+// one-row VNNI kernel does.
+template <GgmlType W>
 void dot_groups_one(const uint8_t* w, size_t row_bytes, int64_t groups, const BlockQ8_K* xb, int64_t K, float* out) {
+  constexpr bool kQ5 = W == GgmlType::kQ5_K;
+  constexpr size_t kColumn = kX8GroupRows * (kQ5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K));
+  constexpr size_t kCodes = kQ5 ? 128 + 256 : 128;
+  const __m256i b16 = _mm256_set1_epi8(0x10);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const __m256i m3f = _mm256_set1_epi8(0x3F);
   const __m256i m30 = _mm256_set1_epi8(0x30);
   const int64_t nb = K / kQK_K;
   for (int64_t g = 0; g < groups; ++g) {
-    const uint8_t* col = w + size_t(g) * kQ4KGroupRows * row_bytes;
+    const uint8_t* col = w + size_t(g) * kX8GroupRows * row_bytes;
     __m256 acc[8];
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b, col += kQ4KGroupBlockBytes) {
+    for (int64_t b = 0; b < nb; ++b, col += kColumn) {
       const BlockQ8_K& x = xb[b];
       const __m256 dx = _mm256_set1_ps(x.d);
       const __m256 dv = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(col))), dx);
@@ -73,7 +80,7 @@ void dot_groups_one(const uint8_t* w, size_t row_bytes, int64_t groups, const Bl
       __m256i S[2][8];
 #pragma GCC unroll 8
       for (int j = 0; j < 8; ++j) S[0][j] = S[1][j] = _mm256_setzero_si256();
-      const uint8_t* codes = col + 128;
+      const uint8_t* codes = col + kCodes;
 #pragma GCC unroll 4
       for (int c = 0; c < 4; ++c) {
         const __m256i s0 = _mm256_shuffle_epi8(sc[(2 * c) / 4], pair_mask((2 * c) % 4));
@@ -82,8 +89,13 @@ void dot_groups_one(const uint8_t* w, size_t row_bytes, int64_t groups, const Bl
 #pragma GCC unroll 8
         for (int j = 0; j < 8; ++j) {
           const __m256i q = load32(codes + 32 * (8 * c + j));
-          const __m256i lo = _mm256_and_si256(q, m4);
-          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+          __m256i lo = _mm256_and_si256(q, m4);
+          __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+          if constexpr (kQ5) {
+            const __m256i qh = load32(col + 128 + 32 * j);
+            lo = _mm256_mask_add_epi8(lo, _mm256_test_epi8_mask(qh, _mm256_set1_epi8(char(1 << (2 * c)))), lo, b16);
+            hi = _mm256_mask_add_epi8(hi, _mm256_test_epi8_mask(qh, _mm256_set1_epi8(char(1 << (2 * c + 1)))), hi, b16);
+          }
           __m256i& s = S[c / 2][j];
           s = _mm256_dpwssd_epi32(s, _mm256_maddubs_epi16(lo, bcast32(xa + 4 * j)), s0);
           s = _mm256_dpwssd_epi32(s, _mm256_maddubs_epi16(hi, bcast32(xa + 32 + 4 * j)), s1);
@@ -101,28 +113,32 @@ void dot_groups_one(const uint8_t* w, size_t row_bytes, int64_t groups, const Bl
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) s4[i] = _mm256_add_ps(acc[i], acc[i + 4]);
     const __m256 s2a = _mm256_add_ps(s4[0], s4[2]), s2b = _mm256_add_ps(s4[1], s4[3]);
-    _mm256_storeu_ps(out + kQ4KGroupRows * g, _mm256_add_ps(s2a, s2b));
+    _mm256_storeu_ps(out + kX8GroupRows * g, _mm256_add_ps(s2a, s2b));
   }
 }
 
-void dot_groups_q4_K(const uint8_t* w, size_t row_bytes, int64_t groups, const uint8_t* xq, size_t xq_stride,
-                     int64_t ntok, int64_t K, float* out, int64_t ldo) {
+template <GgmlType W>
+void dot_groups(const uint8_t* w, size_t row_bytes, int64_t groups, const uint8_t* xq, size_t xq_stride,
+                int64_t ntok, int64_t K, float* out, int64_t ldo) {
   if (ntok >= 4) {
     // Prefill: the one-row kernel's 4-token tiles unpack each block once per tile; give them
     // each group back in the plain layout (the same bytes, so the same bits).
-    quant_dot_groups_via_rows(quant_dot_rows_avx512(GgmlType::kQ4_K), w, row_bytes, groups, xq, xq_stride, ntok, K,
-                              out, ldo);
+    quant_dot_groups_via_rows(W, quant_dot_rows_avx512(W), w, row_bytes, groups, xq, xq_stride, ntok, K, out, ldo);
     return;
   }
   for (int64_t t = 0; t < ntok; ++t)
-    dot_groups_one(w, row_bytes, groups, reinterpret_cast<const BlockQ8_K*>(xq + size_t(t) * xq_stride), K,
+    dot_groups_one<W>(w, row_bytes, groups, reinterpret_cast<const BlockQ8_K*>(xq + size_t(t) * xq_stride), K,
                    out + t * ldo);
 }
 
 }  // namespace
 
 QuantDotGroupsFn quant_dot_groups_avx512(GgmlType wtype) {
-  return wtype == GgmlType::kQ4_K ? dot_groups_q4_K : nullptr;
+  switch (wtype) {
+    case GgmlType::kQ4_K: return dot_groups<GgmlType::kQ4_K>;
+    case GgmlType::kQ5_K: return dot_groups<GgmlType::kQ5_K>;
+    default: return nullptr;
+  }
 }
 
 }  // namespace weft

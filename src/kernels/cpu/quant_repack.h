@@ -1,4 +1,4 @@
-// Row-interleaved repack of q4_K weights ("q4_K x8"): eight rows' super-blocks rearranged so one
+// Row-interleaved repack of q4_K and q5_K weights ("x8"): eight rows' super-blocks rearranged so one
 // 256-bit register holds the same four code positions of all eight rows, for a decode kernel that
 // computes eight outputs per pass from one sequential stream (quant_matmul_x8_avx512.cpp).
 //
@@ -19,7 +19,7 @@
 // one-row kernels on the original layout.
 //
 // Layout of one group (8 consecutive rows r = 0..7 of a [N, K] q4_K matrix), K / 256 super-block
-// columns b, each 1152 bytes, in order:
+// columns b, each 8 x 144 = 1152 bytes, in order:
 //   [0, 16)     f16 d[r]
 //   [16, 32)    f16 dmin[r]
 //   [32, 96)    64 scale bytes: entry e = 32h + 16L + 4s' + (r - 4L) for sub-block s = 4h + s'
@@ -30,6 +30,9 @@
 //   [128, 1152) codes: for chunk c < 4, position j < 8: 32 bytes, bytes 4r..4r+3 = row r's
 //               qs[32c + 4j .. 32c + 4j + 4) (low nibbles: sub-block 2c, elements 4j..4j+3;
 //               high nibbles: sub-block 2c + 1, the same elements)
+// q5_K (8 x 176 = 1408 bytes per column): the same, with 256 bytes of fifth bits between the mins
+// and the codes: [128, 384) for position j < 8: 32 bytes, bytes 4r..4r+3 = row r's
+// qh[4j .. 4j + 4) (bit s: sub-block s), then the codes at [384, 1408).
 // Rows of a matrix past the last whole group (N % 8 of them) stay in the plain layout after the
 // groups, so a row's bytes stay within the matrix's own byte range.
 #pragma once
@@ -41,28 +44,27 @@
 
 namespace weft {
 
-constexpr int kQ4KGroupRows = 8;
-constexpr size_t kQ4KGroupBlockBytes = 8 * 144;
+constexpr int kX8GroupRows = 8;  // rows per group, for every grouped type
 
 // How the rows of a block-quantized matrix (or a row slice of one) are stored: the first
-// `grouped_rows` rows (a multiple of kQ4KGroupRows) as q4_K x8 groups, the rest plain. Plain
+// `grouped_rows` rows (a multiple of kX8GroupRows) as x8 groups, the rest plain. Plain
 // (grouped_rows = 0) for every matrix not repacked.
 struct QuantLayout {
   int64_t grouped_rows = 0;
 };
 
-// True for the weight types that have a grouped layout (q4_K).
+// True for the weight types that have a grouped layout (q4_K, q5_K).
 bool quant_type_has_groups(GgmlType t);
 
-// Rewrites kQ4KGroupRows plain q4_K rows (src, row_bytes apart, K columns) into one group (dst,
-// 8 * row_bytes bytes; must not overlap src).
-void repack_q4_K_x8(const uint8_t* src, size_t row_bytes, int64_t K, uint8_t* dst);
+// Rewrites kX8GroupRows plain rows of type t (src, row_bytes apart, K columns) into one group
+// (dst, 8 * row_bytes bytes; must not overlap src).
+void repack_x8(GgmlType t, const uint8_t* src, size_t row_bytes, int64_t K, uint8_t* dst);
 // The inverse: row i (< 8) of a group back to its plain bytes (row_bytes of them).
-void unpack_q4_K_x8_row(const uint8_t* group, int64_t K, int i, uint8_t* dst);
+void unpack_x8_row(GgmlType t, const uint8_t* group, int64_t K, int i, uint8_t* dst);
 
-// Repacks the first (rows / 8) * 8 rows of a plain q4_K matrix in place of a copy: dst and src
-// are separate buffers of rows * row_bytes; rows past the last group are copied as they are.
-void repack_q4_K_matrix(const uint8_t* src, int64_t rows, int64_t K, uint8_t* dst);
+// Writes a plain [rows, K] matrix of type t to dst (a separate buffer of the same size) with its
+// first (rows / 8) * 8 rows as groups; rows past the last group are copied as they are.
+void repack_matrix_x8(GgmlType t, const uint8_t* src, int64_t rows, int64_t K, uint8_t* dst);
 
 // The bytes of row r (plain layout) of a matrix stored as `layout` says, starting at w:
 // a pointer into w for a plain row, or `scratch` (row_bytes) filled from its group.
