@@ -31,10 +31,13 @@ uint32_t fresh_seed() {
 }
 
 // N rows of K q4_K columns: quantized Gaussian rows, or (extreme) random bytes with finite f16
-// scales and, for row 0, every code nibble 15 and every 6-bit scale and min 63.
+// scales and, for row 0, every code nibble 15 and every 6-bit scale and min 63 (q8_0: every code
+// -128).
 std::vector<uint8_t> make_rows(GgmlType type, int64_t N, int64_t K, bool extreme, std::mt19937* rng) {
   const size_t row_bytes = ggml_row_bytes(type, K);
-  const size_t block = ggml_row_bytes(type, kQK_K);
+  // Bytes that hold codes / scales (not the f16 scales, which random bits could make NaN).
+  const bool q8 = type == GgmlType::kQ8_0;
+  const size_t block = ggml_row_bytes(type, ggml_block_size(type)), first = q8 ? 2 : 4;
   std::vector<uint8_t> w(row_bytes * size_t(N));
   std::normal_distribution<float> g(0, 1);
   std::vector<float> row(static_cast<size_t>(K));
@@ -44,7 +47,7 @@ std::vector<uint8_t> make_rows(GgmlType type, int64_t N, int64_t K, bool extreme
     if (!extreme) continue;
     for (size_t off = 0; off < row_bytes; off += block) {
       uint8_t* blk = w.data() + size_t(n) * row_bytes + off;
-      for (size_t i = 4; i < block; ++i) blk[i] = n == 0 ? 0xFF : uint8_t((*rng)());
+      for (size_t i = first; i < block; ++i) blk[i] = n == 0 ? (q8 ? 0x80 : 0xFF) : uint8_t((*rng)());
     }
   }
   return w;
@@ -71,7 +74,7 @@ void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b, 
   EXPECT_EQ(bad, 0) << what;
 }
 
-constexpr GgmlType kGroupedTypes[] = {GgmlType::kQ4_K, GgmlType::kQ5_K};
+constexpr GgmlType kGroupedTypes[] = {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ8_0};
 
 TEST(QuantRepack, RoundTripsEveryRowOnAnyBytes) {
   std::mt19937 rng(fresh_seed());
@@ -116,7 +119,8 @@ TEST(QuantRepack, EveryPathOnGroupsGivesThePlainScalarBits) {
   for (GgmlType type : kGroupedTypes)
   for (bool extreme : {false, true}) {
     for (Shape s : {Shape{8, 256, 1}, Shape{13, 512, 1}, Shape{16, 256, 2}, Shape{37, 4096 + 256, 1},
-                    Shape{24, 512, 3}, Shape{19, 768, 4}, Shape{40, 512, 9}, Shape{515, 2048, 1}}) {
+                    Shape{24, 512, 3}, Shape{19, 768, 4}, Shape{40, 512, 9}, Shape{515, 2048, 1},
+                    Shape{16, ggml_block_size(type), 1}, Shape{9, 3 * ggml_block_size(type), 2}}) {
       const std::vector<uint8_t> w = make_rows(type, s.N, s.K, extreme, &rng);
       const std::vector<uint8_t> r = repacked(type, w, s.N, s.K);
       const std::vector<float> x = activations(s.T, s.K, &rng);

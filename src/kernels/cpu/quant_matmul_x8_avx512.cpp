@@ -1,4 +1,4 @@
-// The q4_K / q5_K x8 decode kernels (AVX-512 VNNI in 256-bit registers): eight rows of a repacked group
+// The q4_K / q5_K / q8_0 x8 decode kernels (AVX-512 VNNI in 256-bit registers): eight rows of a repacked group
 // (quant_repack.h) per pass, lane r of every register belonging to row r.
 //
 // Same integers, same float steps as the one-row kernel (quant_matmul.h's contract), only
@@ -117,6 +117,36 @@ void dot_groups_one(const uint8_t* w, size_t row_bytes, int64_t groups, const Bl
   }
 }
 
+// q8_0: per block, register j holds the eight rows' lane j, the exact I[b][j] (vpdpbusd of |w|
+// and sign(x, w) from zero, as the one-row kernel), then acc_j = fma(float(I), dw * dx, acc_j).
+void dot_groups_one_q8_0(const uint8_t* w, size_t row_bytes, int64_t groups, const BlockQ8_0* xb, int64_t K,
+                         float* out) {
+  constexpr size_t kColumn = kX8GroupRows * sizeof(BlockQ8_0);
+  const int64_t nb = K / kQK32;
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint8_t* col = w + size_t(g) * kX8GroupRows * row_bytes;
+    __m256 acc[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b, col += kColumn) {
+      const __m256 dv = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(col))),
+                                      _mm256_set1_ps(_cvtsh_ss(xb[b].d)));
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) {
+        const __m256i q = load32(col + 16 + 32 * j);
+        const __m256i xs = _mm256_sign_epi8(bcast32(xb[b].qs + 4 * j), q);
+        const __m256i isum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(q, q), xs);
+        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dv, acc[j]);
+      }
+    }
+    __m256 s4[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) s4[i] = _mm256_add_ps(acc[i], acc[i + 4]);
+    const __m256 s2a = _mm256_add_ps(s4[0], s4[2]), s2b = _mm256_add_ps(s4[1], s4[3]);
+    _mm256_storeu_ps(out + kX8GroupRows * g, _mm256_add_ps(s2a, s2b));
+  }
+}
+
 template <GgmlType W>
 void dot_groups(const uint8_t* w, size_t row_bytes, int64_t groups, const uint8_t* xq, size_t xq_stride,
                 int64_t ntok, int64_t K, float* out, int64_t ldo) {
@@ -126,9 +156,15 @@ void dot_groups(const uint8_t* w, size_t row_bytes, int64_t groups, const uint8_
     quant_dot_groups_via_rows(W, quant_dot_rows_avx512(W), w, row_bytes, groups, xq, xq_stride, ntok, K, out, ldo);
     return;
   }
-  for (int64_t t = 0; t < ntok; ++t)
-    dot_groups_one<W>(w, row_bytes, groups, reinterpret_cast<const BlockQ8_K*>(xq + size_t(t) * xq_stride), K,
-                   out + t * ldo);
+  for (int64_t t = 0; t < ntok; ++t) {
+    if constexpr (W == GgmlType::kQ8_0) {
+      dot_groups_one_q8_0(w, row_bytes, groups, reinterpret_cast<const BlockQ8_0*>(xq + size_t(t) * xq_stride), K,
+                          out + t * ldo);
+    } else {
+      dot_groups_one<W>(w, row_bytes, groups, reinterpret_cast<const BlockQ8_K*>(xq + size_t(t) * xq_stride), K,
+                        out + t * ldo);
+    }
+  }
 }
 
 }  // namespace
@@ -137,6 +173,7 @@ QuantDotGroupsFn quant_dot_groups_avx512(GgmlType wtype) {
   switch (wtype) {
     case GgmlType::kQ4_K: return dot_groups<GgmlType::kQ4_K>;
     case GgmlType::kQ5_K: return dot_groups<GgmlType::kQ5_K>;
+    case GgmlType::kQ8_0: return dot_groups<GgmlType::kQ8_0>;
     default: return nullptr;
   }
 }

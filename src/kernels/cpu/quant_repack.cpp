@@ -1,4 +1,4 @@
-// q4_K / q5_K x8 repack (quant_repack.h): plain scalar byte moves, run once per matrix at bind time.
+// q4_K / q5_K / q8_0 x8 repack (quant_repack.h): plain scalar byte moves, run once per matrix at bind time.
 #include "kernels/cpu/quant_repack.h"
 
 #include <cassert>
@@ -81,19 +81,46 @@ void unpack_x8_row_as(const uint8_t* group, int64_t K, int i, uint8_t* dst) {
   }
 }
 
+// q8_0: per block column, the eight f16 scales, then for position j < 8 the four codes
+// 4j..4j+3 of each row (quant_repack.h).
+void repack_x8_q8_0(const uint8_t* src, size_t row_bytes, int64_t K, uint8_t* dst) {
+  for (int64_t b = 0; b < K / kQK32; ++b) {
+    uint8_t* out = dst + size_t(b) * kX8GroupRows * sizeof(BlockQ8_0);
+    for (int r = 0; r < kX8GroupRows; ++r) {
+      const auto* blk = reinterpret_cast<const BlockQ8_0*>(src + size_t(r) * row_bytes) + b;
+      std::memcpy(out + 2 * r, &blk->d, 2);
+      for (int j = 0; j < 8; ++j) std::memcpy(out + 16 + 32 * j + 4 * r, blk->qs + 4 * j, 4);
+    }
+  }
+}
+
+void unpack_x8_row_q8_0(const uint8_t* group, int64_t K, int i, uint8_t* dst) {
+  for (int64_t b = 0; b < K / kQK32; ++b) {
+    const uint8_t* in = group + size_t(b) * kX8GroupRows * sizeof(BlockQ8_0);
+    BlockQ8_0 blk;
+    std::memcpy(&blk.d, in + 2 * i, 2);
+    for (int j = 0; j < 8; ++j) std::memcpy(blk.qs + 4 * j, in + 16 + 32 * j + 4 * i, 4);
+    std::memcpy(dst + size_t(b) * sizeof(BlockQ8_0), &blk, sizeof(BlockQ8_0));
+  }
+}
+
 }  // namespace
 
-bool quant_type_has_groups(GgmlType t) { return t == GgmlType::kQ4_K || t == GgmlType::kQ5_K; }
+bool quant_type_has_groups(GgmlType t) {
+  return t == GgmlType::kQ4_K || t == GgmlType::kQ5_K || t == GgmlType::kQ8_0;
+}
 
 void repack_x8(GgmlType t, const uint8_t* src, size_t row_bytes, int64_t K, uint8_t* dst) {
-  assert(quant_type_has_groups(t) && K % kQK_K == 0);
-  if (t == GgmlType::kQ4_K) repack_x8_as<BlockQ4_K>(src, row_bytes, K, dst);
+  assert(quant_type_has_groups(t) && K % ggml_block_size(t) == 0);
+  if (t == GgmlType::kQ8_0) repack_x8_q8_0(src, row_bytes, K, dst);
+  else if (t == GgmlType::kQ4_K) repack_x8_as<BlockQ4_K>(src, row_bytes, K, dst);
   else repack_x8_as<BlockQ5_K>(src, row_bytes, K, dst);
 }
 
 void unpack_x8_row(GgmlType t, const uint8_t* group, int64_t K, int i, uint8_t* dst) {
   assert(quant_type_has_groups(t));
-  if (t == GgmlType::kQ4_K) unpack_x8_row_as<BlockQ4_K>(group, K, i, dst);
+  if (t == GgmlType::kQ8_0) unpack_x8_row_q8_0(group, K, i, dst);
+  else if (t == GgmlType::kQ4_K) unpack_x8_row_as<BlockQ4_K>(group, K, i, dst);
   else unpack_x8_row_as<BlockQ5_K>(group, K, i, dst);
 }
 

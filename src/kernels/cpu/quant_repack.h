@@ -1,4 +1,4 @@
-// Row-interleaved repack of q4_K and q5_K weights ("x8"): eight rows' super-blocks rearranged so one
+// Row-interleaved repack of q4_K, q5_K and q8_0 weights ("x8"): eight rows' super-blocks rearranged so one
 // 256-bit register holds the same four code positions of all eight rows, for a decode kernel that
 // computes eight outputs per pass from one sequential stream (quant_matmul_x8_avx512.cpp).
 //
@@ -12,7 +12,7 @@
 // prefetcher's single sequential pattern, which two or more separate row streams defeated
 // (docs/formats-gguf.md, "Tried and dropped").
 //
-// The repack is lossless and the same size (8 x 144 bytes per super-block column of a group),
+// The repack is lossless and the same size (8 blocks per block column of a group),
 // made by the CPU backend's huge-page weight copy at bind time (host_weight_copy.h). The
 // products are the contract's (quant_matmul.h): the kernels compute the same exact integers S_j,
 // M_j per row and the same float steps lane for lane, so every output is bit-identical to the
@@ -33,6 +33,8 @@
 // q5_K (8 x 176 = 1408 bytes per column): the same, with 256 bytes of fifth bits between the mins
 // and the codes: [128, 384) for position j < 8: 32 bytes, bytes 4r..4r+3 = row r's
 // qh[4j .. 4j + 4) (bit s: sub-block s), then the codes at [384, 1408).
+// q8_0 (blocks of 32; 8 x 34 = 272 bytes per block column): [0, 16) f16 d[r]; [16, 272) for
+// position j < 8: 32 bytes, bytes 4r..4r+3 = row r's codes 4j..4j+3 (the contract's lane j).
 // Rows of a matrix past the last whole group (N % 8 of them) stay in the plain layout after the
 // groups, so a row's bytes stay within the matrix's own byte range.
 #pragma once
@@ -53,7 +55,7 @@ struct QuantLayout {
   int64_t grouped_rows = 0;
 };
 
-// True for the weight types that have a grouped layout (q4_K, q5_K).
+// True for the weight types that have a grouped layout (q4_K, q5_K, q8_0).
 bool quant_type_has_groups(GgmlType t);
 
 // Rewrites kX8GroupRows plain rows of type t (src, row_bytes apart, K columns) into one group
