@@ -256,7 +256,9 @@ bool attention_quant_supports(const KvLayerView& kv) {
 void attention_quant(const KvLayerView& kv, const AttentionArgs& args, ThreadPool* pool) {
   // Token t sees rows [0, pos0 + t]; the cache must already hold the last of them.
   WEFT_ASSERT(args.pos0 >= 0 && args.pos0 + args.T <= kv.length, "attention would read past the KV cache");
-  static const AttnQuantOps& ops = use_avx2() ? attn_quant_ops_avx2() : kScalarOps;
+  static const AttnQuantOps& ops = use_avx512_vnni() ? attn_quant_ops_avx512()
+                                   : use_avx2()      ? attn_quant_ops_avx2()
+                                                     : kScalarOps;
   run(ops, kv, args, pool);
 }
 

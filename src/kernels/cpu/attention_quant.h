@@ -44,7 +44,8 @@ class ThreadPool;
 // head_dim a multiple of 32.
 bool attention_quant_supports(const KvLayerView& kv);
 
-// Chooses the AVX2 kernels when weft::use_avx2(), else the scalar twins.
+// Chooses the AVX-512 VNNI primitives when weft::use_avx512_vnni(), the AVX2 ones when
+// weft::use_avx2(), else the scalar twins (all three give the same bits).
 void attention_quant(const KvLayerView& kv, const AttentionArgs& args, ThreadPool* pool);
 // The scalar reference twin (always compiled; for tests).
 void attention_quant_scalar(const KvLayerView& kv, const AttentionArgs& args, ThreadPool* pool);
@@ -77,5 +78,7 @@ struct AttnQuantOps {
 };
 
 const AttnQuantOps& attn_quant_ops_avx2();
+// The AVX-512 VNNI set (call only where weft::use_avx512_vnni()): the same bits as the other two.
+const AttnQuantOps& attn_quant_ops_avx512();
 
 }  // namespace weft
