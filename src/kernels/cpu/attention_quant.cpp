@@ -85,7 +85,7 @@ void accumulate_v_scalar(const float* v, int64_t n, const float* p, int64_t p_st
 }
 
 const AttnQuantOps kScalarOps = {scores_q8_scalar, scores_q4_scalar, load_row_scalar, dot_scalar,
-                                 accumulate_v_scalar};
+                                 accumulate_v_scalar, nullptr};
 
 // ---- Driver (shared by both paths). ----
 
@@ -148,6 +148,7 @@ void chunk_partial(const AttnQuantOps& o, const KvLayerView& kv, int64_t g, int6
     out.l[i] = l;
   }
   std::fill(out.acc, out.acc + group * hd, 0.0f);
+  if (o.accumulate_v_rows != nullptr && o.accumulate_v_rows(kv, g, k0, n, s, n, group, out.acc)) return;
   for (int64_t j0 = 0; j0 < n; j0 += kVTile) {
     const int64_t nt = std::min(kVTile, n - j0);
     for (int64_t j = 0; j < nt; ++j) o.load_row(kv.v_type, kv.v_row(g, k0 + j0 + j), vt + j * hd, hd);

@@ -8,7 +8,9 @@
 //    stay in registers over the tile's rows, so each V row is loaded once per 16 dims instead of
 //    once per 4 heads. Every acc[i][d] still takes fma(p[i][j], v[j][d], acc[i][d]) in j order:
 //    the vector width does not touch an element's order.
-//  * Rows are decoded and f16 keys dotted by the AVX2 primitives (the same functions).
+//  * q8_0 V rows are decoded in registers inside the p·v loop (accumulate_v_rows: the same
+//    f32(q) * d per value), not written to a tile and read back; other V types take the tile.
+//  * Rows are otherwise decoded, and f16 keys dotted, by the AVX2 primitives (the same functions).
 // Measured with tools/attention_quant_bench (docs/results.md section 13).
 #include <immintrin.h>
 
@@ -135,11 +137,75 @@ void accumulate_v(const float* v, int64_t n, const float* p, int64_t p_stride, i
   }
 }
 
+// q8_0 V rows straight from the cache: per tile of 32 rows (their addresses computed once; the
+// tile's 8.5 KiB stay in L1) and per 32-dim block, each row's 32 codes widened and times its
+// scale (load_row's f32(q) * d, the same rounding), then NH heads x 32 dims of fmas in registers.
+// Saves writing and re-reading the decoded tile; each acc element still sees the rows in order.
+template <int NH>
+void accumulate_v_rows_q8(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const float* p, int64_t p_stride,
+                          float* acc) {
+  constexpr int64_t kTile = 32;
+  const int64_t hd = kv.head_dim;
+  const BlockQ8_0* rows[kTile];
+  for (int64_t j0 = 0; j0 < n; j0 += kTile) {
+    const int64_t nt = std::min(kTile, n - j0);
+    for (int64_t j = 0; j < nt; ++j) rows[j] = reinterpret_cast<const BlockQ8_0*>(kv.v_row(g, k0 + j0 + j));
+    for (int64_t b = 0; b < hd / 32; ++b) {
+      __m512 a0[NH], a1[NH];
+#pragma GCC unroll 8
+      for (int i = 0; i < NH; ++i) {
+        a0[i] = _mm512_loadu_ps(acc + i * hd + 32 * b);
+        a1[i] = _mm512_loadu_ps(acc + i * hd + 32 * b + 16);
+      }
+      for (int64_t j = 0; j < nt; ++j) {
+        const BlockQ8_0* blk = rows[j] + b;
+        const __m512 d = _mm512_set1_ps(_cvtsh_ss(blk->d));
+        const __m256i q = load32(blk->qs);
+        const __m512 v0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))), d);
+        const __m512 v1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))), d);
+        const float* pj = p + j0 + j;
+#pragma GCC unroll 8
+        for (int i = 0; i < NH; ++i) {
+          const __m512 pij = _mm512_set1_ps(pj[i * p_stride]);
+          a0[i] = _mm512_fmadd_ps(pij, v0, a0[i]);
+          a1[i] = _mm512_fmadd_ps(pij, v1, a1[i]);
+        }
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < NH; ++i) {
+        _mm512_storeu_ps(acc + i * hd + 32 * b, a0[i]);
+        _mm512_storeu_ps(acc + i * hd + 32 * b + 16, a1[i]);
+      }
+    }
+  }
+}
+
+bool accumulate_v_rows(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const float* p, int64_t p_stride,
+                       int64_t group, float* acc) {
+  if (kv.v_type != DType::kQ8_0) return false;
+  const int64_t hd = kv.head_dim;
+  for (int64_t h = 0; h < group; h += 8) {
+    const float* ph = p + h * p_stride;
+    float* ah = acc + h * hd;
+    switch (std::min<int64_t>(8, group - h)) {
+      case 1: accumulate_v_rows_q8<1>(kv, g, k0, n, ph, p_stride, ah); break;
+      case 2: accumulate_v_rows_q8<2>(kv, g, k0, n, ph, p_stride, ah); break;
+      case 3: accumulate_v_rows_q8<3>(kv, g, k0, n, ph, p_stride, ah); break;
+      case 4: accumulate_v_rows_q8<4>(kv, g, k0, n, ph, p_stride, ah); break;
+      case 5: accumulate_v_rows_q8<5>(kv, g, k0, n, ph, p_stride, ah); break;
+      case 6: accumulate_v_rows_q8<6>(kv, g, k0, n, ph, p_stride, ah); break;
+      case 7: accumulate_v_rows_q8<7>(kv, g, k0, n, ph, p_stride, ah); break;
+      default: accumulate_v_rows_q8<8>(kv, g, k0, n, ph, p_stride, ah); break;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 const AttnQuantOps& attn_quant_ops_avx512() {
   static const AttnQuantOps ops = {scores_q8, scores_q4, attn_quant_ops_avx2().load_row, attn_quant_ops_avx2().dot,
-                                   accumulate_v};
+                                   accumulate_v, accumulate_v_rows};
   return ops;
 }
 
