@@ -8,7 +8,8 @@
 // below the ~33-36 GB/s one thread streams from huge pages. With eight rows across the lanes of
 // a register, a sub-block's scales are one vpshufb for all eight rows, the activations are
 // 4-byte broadcasts, and the 6-bit scales are stored pre-split so their unpack is a few vector
-// ops. Reading eight rows from one interleaved stream (not eight streams) keeps the hardware
+// ops (q5_K likewise, its fifth bits transposed like the codes; q8_0, one fma chain per row
+// before, gets eight independent chains). Reading eight rows from one interleaved stream (not eight streams) keeps the hardware
 // prefetcher's single sequential pattern, which two or more separate row streams defeated
 // (docs/formats-gguf.md, "Tried and dropped").
 //
