@@ -1,5 +1,5 @@
-// The q4_K / q5_K / q8_0 x8 decode kernels (AVX-512 VNNI in 256-bit registers): eight rows of a repacked group
-// (quant_repack.h) per pass, lane r of every register belonging to row r.
+// The q4_K / q5_K / q8_0 x8 kernels (AVX-512 VNNI in 256-bit registers): eight rows of a
+// repacked group (quant_repack.h) per pass, lane r of every register belonging to row r.
 //
 // Same integers, same float steps as the one-row kernel (quant_matmul.h's contract), only
 // transposed: register j holds, for the eight rows, the contract's lane j
@@ -9,7 +9,8 @@
 // super-block, lane for lane what the one-row kernel does in its lane j. The final reduction
 // s4_i = acc_i + acc_{i+4}, s2_i = s4_i + s4_{i+2}, s2_0 + s2_1 becomes adds of whole registers,
 // leaving the eight outputs in one register. So every output is bit-identical to the one-row
-// kernels on the plain layout (tests/quant_matmul_test.cpp, Q4KGroups*).
+// kernels on the plain layout (tests/quant_repack_test.cpp). q8_0 is the same with its contract:
+// register j = the exact block integer I[b][j] of eight rows, one fma per block.
 //
 // Per 32-byte code register (four codes of eight rows, low nibbles one sub-block, high nibbles
 // the next): and, shift, and, two vpmaddubsw against 4-byte activation broadcasts, two vpdpwssd
@@ -18,7 +19,6 @@
 #include <immintrin.h>
 
 #include <cstring>
-#include <vector>
 
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/quant_matmul.h"
