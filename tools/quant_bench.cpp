@@ -47,6 +47,7 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/quant_matmul.h"
+#include "kernels/cpu/quant_repack.h"
 
 using namespace weft;
 
@@ -104,6 +105,7 @@ struct Arm {
   std::string label;
   GgmlVecDot ggml_dot = nullptr;  // set for llama.cpp arms
   QuantMatmulFn fn = quant_matmul;  // weft arms: the dispatcher or one named path
+  QuantLayout layout;               // the q4_K x8 arm: its copies repacked (quant_repack.h)
   size_t matrix_bytes = 0;
   int64_t copies = 0;
   std::vector<uint8_t, PageAllocator<uint8_t>> data;
@@ -186,6 +188,26 @@ int main(int argc, char** argv) {
       std::memcpy(a.data.data() + size_t(c) * a.matrix_bytes, a.data.data(), a.matrix_bytes);
     arms.push_back(std::move(a));
   }
+  // The x8 arms (q4_K, q5_K): the copies repacked into 8-row groups, as the CPU backend's weight copy
+  // stores them (where the CPU has the grouped kernel), through quant_matmul's dispatch.
+  if (use_avx512_vnni()) {
+    const size_t own = arms.size();
+    for (size_t i = 0; i < own; ++i) {
+      const Arm& plain = arms[i];
+      if (quant_dot_groups_avx512(plain.type) == nullptr) continue;
+      Arm a;
+      a.type = plain.type;
+      a.label = std::string(ggml_type_name(plain.type)) + "@x8";
+      a.layout = QuantLayout{N / kX8GroupRows * kX8GroupRows};
+      a.matrix_bytes = plain.matrix_bytes;
+      a.copies = plain.copies;
+      a.data.resize(plain.data.size());
+      for (int64_t c = 0; c < a.copies; ++c)
+        repack_matrix_x8(a.type, arms[i].data.data() + size_t(c) * a.matrix_bytes, N, K,
+                         a.data.data() + size_t(c) * a.matrix_bytes);
+      arms.push_back(std::move(a));
+    }
+  }
   // llama.cpp arms: the same weight copies (shared by pointer), ggml's dot per row.
   const size_t n_own = arms.size();
   arms.reserve(n_own * (1 + ggml_libs.size() + paths.size()));  // `shared` points into arms: no reallocation
@@ -197,7 +219,7 @@ int main(int argc, char** argv) {
     else if (path == "avx512" && f.has_avx512_core() && f.avx512_vnni) fn = quant_matmul_avx512;
     if (!fn) { std::fprintf(stderr, "--paths: '%s' is unknown or this CPU cannot run it\n", path.c_str()); return 2; }
     for (size_t i = 0; i < n_own; ++i) {
-      if (arms[i].type == GgmlType::kBF16 || arms[i].type == GgmlType::kF16) continue;
+      if (arms[i].type == GgmlType::kBF16 || arms[i].type == GgmlType::kF16 || arms[i].layout.grouped_rows > 0) continue;
       Arm a;
       a.type = arms[i].type;
       a.label = std::string(ggml_type_name(a.type)) + "@weft-" + path;
@@ -217,7 +239,7 @@ int main(int argc, char** argv) {
     if (tag.size() > 3 && tag.substr(tag.size() - 3) == ".so") tag.resize(tag.size() - 3);
     for (size_t i = 0; i < n_own; ++i) {
       const GgmlType t = arms[i].type;
-      if (t == GgmlType::kBF16 || t == GgmlType::kF16) continue;
+      if (t == GgmlType::kBF16 || t == GgmlType::kF16 || arms[i].layout.grouped_rows > 0) continue;
       const std::string sym = std::string("ggml_vec_dot_") + ggml_type_name(t) + "_" +
                               ggml_type_name(activation_type(t));
       auto fn = reinterpret_cast<GgmlVecDot>(dlsym(h, sym.c_str()));
@@ -261,6 +283,7 @@ int main(int argc, char** argv) {
         auto t0 = std::chrono::steady_clock::now();
         const uint8_t* wc = a.weights() + size_t(copy) * a.matrix_bytes;
         if (a.ggml_dot) run_ggml(a, wc, N, K, x.data(), out.data(), &pool);
+        else if (a.layout.grouped_rows > 0) quant_matmul_with_layout(a.type, wc, N, K, x.data(), K, T, out.data(), N, &pool, a.layout);
         else a.fn(a.type, wc, N, K, x.data(), K, T, out.data(), N, &pool);
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (r >= 0) a.times.push_back(s);
@@ -268,8 +291,8 @@ int main(int argc, char** argv) {
       if (r < 0) {  // warm-up: touch every copy once
         for (auto& a : arms)
           for (int64_t c = 0; c < a.copies && a.shared == nullptr; ++c)
-            quant_matmul(a.type, a.data.data() + size_t(c) * a.matrix_bytes, N, K, x.data(), K, T,
-                         out.data(), N, &pool);
+            quant_matmul_with_layout(a.type, a.data.data() + size_t(c) * a.matrix_bytes, N, K, x.data(), K, T,
+                                     out.data(), N, &pool, a.layout);
       }
     }
     double bf16_med = 0, bf16_best = 0;

@@ -81,19 +81,31 @@ Status CpuBackend::bind_weights(const void* key, const WeightSet& weights) {
   return Status();
 }
 
-Matrix CpuBackend::local(const Matrix& w) const {
+Matrix CpuBackend::local(const Matrix& w, QuantLayout* layout) const {
+  *layout = QuantLayout{};
+  if (!bound_copy_) return w;
+  const std::optional<QuantLayout> lay = bound_copy_->layout(w);
+  if (!lay) return w;  // cuts a repacked group: the source bytes, plain
+  *layout = *lay;
   Matrix m = w;
-  if (bound_copy_) m.data = bound_copy_->translate(w.data);
+  m.data = bound_copy_->translate(w.data);
   return m;
 }
 
 // ---- Rows ----
 
 void CpuBackend::embed(const Matrix& table_in, const int32_t* ids, int64_t n, float* x) {
-  const Matrix table = local(table_in);
+  QuantLayout layout;
+  const Matrix table = local(table_in, &layout);
   if (dtype_is_block_quant(table.dtype)) {
     const GgmlType gt = *ggml_type_from_dtype(table.dtype);
-    for (int64_t t = 0; t < n; ++t) dequantize_row(gt, table.row(ids[t]), x + t * table.cols, table.cols);
+    thread_local std::vector<uint8_t> plain;  // a row of a repacked table, back in plain bytes
+    if (plain.size() < table.row_bytes()) plain.resize(table.row_bytes());
+    for (int64_t t = 0; t < n; ++t) {
+      const uint8_t* row = quant_row_plain(gt, static_cast<const uint8_t*>(table.data), table.cols, layout, ids[t],
+                                           plain.data());
+      dequantize_row(gt, row, x + t * table.cols, table.cols);
+    }
     return;
   }
   for (int64_t t = 0; t < n; ++t) convert_row_to_f32(table.dtype, table.row(ids[t]), x + t * table.cols, table.cols);
@@ -131,9 +143,10 @@ void CpuBackend::add_sigmoid_scaled(float* y, const float* x, const float* s, in
 namespace {
 // One weight matrix times T rows of activations: the block types go to the integer-dot kernels
 // (quant_matmul.h), f32 / f16 / bf16 to matmul.h unchanged.
-void matmul_any(const Matrix& w, const float* x, int64_t ldx, int64_t T, float* y, int64_t ldy, ThreadPool* pool) {
+void matmul_any(const Matrix& w, const QuantLayout& layout, const float* x, int64_t ldx, int64_t T, float* y,
+                int64_t ldy, ThreadPool* pool) {
   if (dtype_is_block_quant(w.dtype)) {
-    quant_matmul(*ggml_type_from_dtype(w.dtype), w.data, w.rows, w.cols, x, ldx, T, y, ldy, pool);
+    quant_matmul_with_layout(*ggml_type_from_dtype(w.dtype), w.data, w.rows, w.cols, x, ldx, T, y, ldy, pool, layout);
   } else {
     weft::matmul(w.dtype, w.data, w.rows, w.cols, x, ldx, T, y, ldy, pool);
   }
@@ -141,8 +154,9 @@ void matmul_any(const Matrix& w, const float* x, int64_t ldx, int64_t T, float* 
 }  // namespace
 
 void CpuBackend::matmul(const Matrix& w_in, const float* x, int64_t T, float* y) {
-  const Matrix w = local(w_in);
-  matmul_any(w, x, w.cols, T, y, w.rows, &pool_);
+  QuantLayout layout;
+  const Matrix w = local(w_in, &layout);
+  matmul_any(w, layout, x, w.cols, T, y, w.rows, &pool_);
 }
 
 namespace {
@@ -233,6 +247,7 @@ void CpuBackend::grouped_matmul(const MoeRouting& r, const GroupedMatmul* jobs, 
       const Matrix& w = jobs[j].w[e];
       const int64_t row_bytes = int64_t(w.row_bytes());
       const int64_t block = std::max<int64_t>(kMatmulRowsPerTask, ((65536 / std::max<int64_t>(1, row_bytes)) + 7) & ~7);
+      static_assert(kMatmulRowsPerTask % kX8GroupRows == 0, "blocks must not split a q4_K group");
       for (int64_t n0 = 0; n0 < w.rows; n0 += block) tasks.push_back({j, int32_t(e), n0, std::min(w.rows, n0 + block)});
     }
   }
@@ -242,16 +257,19 @@ void CpuBackend::grouped_matmul(const MoeRouting& r, const GroupedMatmul* jobs, 
   auto run = [&](int64_t i) {
     const Task& t = list[i];
     const GroupedMatmul& job = jobs[t.job];
-    const Matrix w = local(job.w[t.expert]).row_slice(t.n0, t.n1 - t.n0);
+    QuantLayout whole;
+    const Matrix w = local(job.w[t.expert], &whole).row_slice(t.n0, t.n1 - t.n0);
+    // Blocks start at multiples of 8 rows, so a slice never starts inside a group.
+    const QuantLayout layout{std::clamp<int64_t>(whole.grouped_rows - t.n0, 0, w.rows)};
     const int64_t begin = r.expert_begin[t.expert], n = r.expert_begin[t.expert + 1] - begin;
     float* y = job.y + begin * job.ldy + t.n0;
     if (offsets[t.job] != SIZE_MAX) {
       const GgmlType wt = *ggml_type_from_dtype(w.dtype);
       quant_matmul_quantized(wt, w.data, w.rows, w.cols,
                              xq + offsets[t.job] + size_t(begin) * quant_activation_row_bytes(wt, w.cols), n, y,
-                             job.ldy, nullptr);
+                             job.ldy, nullptr, layout);
     } else {
-      matmul_any(w, job.x + begin * job.ldx, job.ldx, n, y, job.ldy, nullptr);
+      matmul_any(w, layout, job.x + begin * job.ldx, job.ldx, n, y, job.ldy, nullptr);
     }
   };
   const int64_t n_tasks = int64_t(tasks.size());

@@ -62,8 +62,10 @@ class CpuBackend final : public Backend {
   void moe_combine(const MoeRouting& r, const float* out, int64_t width, float* y) override;
 
  private:
-  // The matrix w as the kernels read it: its data in the bound copy, if there is one.
-  Matrix local(const Matrix& w) const;
+  // The matrix w as the kernels read it: its data in the bound copy, if there is one, and how
+  // the copy stores its rows (*layout: q4_K groups, host_weight_copy.h). A view that cuts a
+  // repacked group is read in place from its source.
+  Matrix local(const Matrix& w, QuantLayout* layout) const;
   // The model whose weights are bound (one at a time, as the CUDA backend: binding another
   // replaces it, so a pointer of a later model can never land in an earlier model's copy) and
   // its copy (nullptr: read in place).

@@ -1,6 +1,9 @@
 // HostWeightCopy (host_weight_copy.h): huge-page copies of weight matrices for the CPU backend.
 #include "backend/host_weight_copy.h"
 
+#include "core/cpu_features.h"
+#include "kernels/cpu/quant_matmul.h"
+
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -61,15 +64,29 @@ std::vector<uintptr_t> fingerprint_of(const WeightSet& set) {
 
 }  // namespace
 
-bool host_weight_copy_enabled() {
+namespace {
+
+enum class WeightsMode { kCopy, kCopyPlain, kMmap };
+
+WeightsMode weights_mode() {
   const char* v = std::getenv("WEFT_CPU_WEIGHTS");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "copy") == 0) return true;
-  if (std::strcmp(v, "mmap") == 0) return false;
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "copy") == 0) return WeightsMode::kCopy;
+  if (std::strcmp(v, "copy-plain") == 0) return WeightsMode::kCopyPlain;
+  if (std::strcmp(v, "mmap") == 0) return WeightsMode::kMmap;
   static std::once_flag warned;
   std::call_once(warned, [&] {
-    std::fprintf(stderr, "weft: WEFT_CPU_WEIGHTS='%s' is not 'copy' or 'mmap'; using 'copy'\n", v);
+    std::fprintf(stderr, "weft: WEFT_CPU_WEIGHTS='%s' is not 'copy', 'copy-plain' or 'mmap'; using 'copy'\n", v);
   });
-  return true;
+  return WeightsMode::kCopy;
+}
+
+}  // namespace
+
+bool host_weight_copy_enabled() { return weights_mode() != WeightsMode::kMmap; }
+
+bool host_weight_repack_enabled() {
+  return weights_mode() == WeightsMode::kCopy && quant_dot_groups_avx512(GgmlType::kQ4_K) != nullptr &&
+         use_avx512_vnni();
 }
 
 struct HostWeightCopyBuilder {
@@ -150,6 +167,7 @@ struct HostWeightCopyBuilder {
         if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, kMadvPageout);
       }
     }
+    if (host_weight_repack_enabled()) copy->repack(set);
     mprotect(p, map_bytes, PROT_READ);  // weights are never written; a stray write faults
     copy->fingerprint_ = fingerprint_of(set);
     return copy;
@@ -179,6 +197,70 @@ std::shared_ptr<const HostWeightCopy> HostWeightCopy::shared(const void* key, co
   std::shared_ptr<const HostWeightCopy> made = HostWeightCopyBuilder::build(set, why);
   if (made) live[key] = made;
   return made;
+}
+
+void HostWeightCopy::repack(const WeightSet& set) {
+  // Candidates: q4_K / q5_K matrices of at least one group, each distinct matrix once (a tied head is
+  // the embedding table twice).
+  std::vector<Repacked> cand;
+  struct Geometry {
+    int64_t rows, cols;
+  };
+  std::vector<Geometry> geom;
+  std::vector<std::pair<uintptr_t, uintptr_t>> all;  // every matrix's source range
+  for (const Matrix& m : set.matrices) {
+    if (m.data == nullptr || m.bytes() == 0) continue;
+    const auto b = reinterpret_cast<uintptr_t>(m.data);
+    all.push_back({b, b + m.bytes()});
+    const std::optional<GgmlType> t = ggml_type_from_dtype(m.dtype);
+    if (!t || !quant_type_has_groups(*t) || m.rows < kX8GroupRows) continue;
+    cand.push_back({b, b + m.bytes(), m.row_bytes(), m.rows / kX8GroupRows * kX8GroupRows, *t});
+    geom.push_back({m.rows, m.cols});
+  }
+  std::vector<size_t> order(cand.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return cand[a].begin < cand[b].begin; });
+  std::sort(all.begin(), all.end());
+  all.erase(std::unique(all.begin(), all.end()), all.end());
+  std::vector<uintptr_t> reach(all.size());  // reach[i]: the largest end among all[0..i]
+  for (size_t i = 0; i < all.size(); ++i) reach[i] = std::max(all[i].second, i > 0 ? reach[i - 1] : 0);
+  std::vector<uint8_t> group;
+  for (size_t k = 0; k < order.size(); ++k) {
+    const Repacked& c = cand[order[k]];
+    if (!repacked_.empty() && repacked_.back().begin == c.begin && repacked_.back().end == c.end) continue;  // same matrix
+    // Any other matrix overlapping this one (other than itself) rules it out: one before it in
+    // begin order reaching past its begin, or the next one beginning before its end.
+    const size_t p = size_t(std::lower_bound(all.begin(), all.end(), std::make_pair(c.begin, c.end)) - all.begin());
+    if ((p > 0 && reach[p - 1] > c.begin) || (p + 1 < all.size() && all[p + 1].first < c.end)) continue;
+    auto* dst = const_cast<uint8_t*>(static_cast<const uint8_t*>(translate(reinterpret_cast<const void*>(c.begin))));
+    const size_t group_bytes = kX8GroupRows * c.row_bytes;
+    group.resize(group_bytes);
+    for (int64_t r = 0; r < c.grouped_rows; r += kX8GroupRows) {
+      uint8_t* at = dst + size_t(r) * c.row_bytes;
+      repack_x8(c.type, at, c.row_bytes, geom[order[k]].cols, group.data());
+      std::memcpy(at, group.data(), group_bytes);
+    }
+    repacked_.push_back(c);
+  }
+}
+
+std::optional<QuantLayout> HostWeightCopy::layout(const Matrix& m) const {
+  if (repacked_.empty() || m.data == nullptr) return QuantLayout{};
+  const auto a = reinterpret_cast<uintptr_t>(m.data), end = a + m.bytes();
+  auto it = std::upper_bound(repacked_.begin(), repacked_.end(), a,
+                             [](uintptr_t v, const Repacked& r) { return v < r.begin; });
+  // A repacked matrix starting inside m (after its first byte) means m straddles it.
+  if (it != repacked_.end() && it->begin < end) return std::nullopt;
+  if (it == repacked_.begin()) return QuantLayout{};
+  --it;
+  if (a >= it->end) return QuantLayout{};  // outside every repacked matrix
+  if (end > it->end || m.row_bytes() != it->row_bytes || (a - it->begin) % it->row_bytes != 0) return std::nullopt;
+  const int64_t first = int64_t((a - it->begin) / it->row_bytes);
+  if (first >= it->grouped_rows) return QuantLayout{};  // the plain tail
+  if (first % kX8GroupRows != 0) return std::nullopt;
+  const int64_t grouped = std::min<int64_t>(m.rows, it->grouped_rows - first);
+  if (grouped % kX8GroupRows != 0) return std::nullopt;  // ends inside a group
+  return QuantLayout{grouped};
 }
 
 const void* HostWeightCopy::translate(const void* p) const {

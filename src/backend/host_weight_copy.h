@@ -14,7 +14,15 @@
 // (`weft logits` on a V = 131072 synth model: 109 MiB peak against 93 MiB reading in place);
 // the file's pages leave the page cache, so the next load reads the file again. So it is skipped when
 // the matrices exceed half of MemAvailable, when transparent huge pages are off ("[never]"), or
-// when WEFT_CPU_WEIGHTS=mmap. The bytes are copied unchanged: no output changes by a bit.
+// when WEFT_CPU_WEIGHTS=mmap.
+//
+// Repack: where the CPU has the grouped kernels (AVX-512 VNNI), every q4_K and q5_K matrix of the
+// set with at least 8 rows is stored in the copy as x8 groups (kernels/cpu/quant_repack.h: the
+// same bytes per matrix, rearranged within the matrix's own range), and layout() says so; every
+// other byte is copied unchanged. The kernels give the same bits either way (the grouped kernel
+// keeps each output's float order). WEFT_CPU_WEIGHTS=copy-plain copies without repacking (the
+// "before" arm of a measurement). A matrix that overlaps another of the set without being the same
+// matrix (a view of a stacked tensor that another view cuts differently) is never repacked.
 //
 // Sharing: one copy per model (key) and process, held by every CPU backend that bound it (bench
 // arms, fidelity arms), released with the last one. Overlapping or nearby ranges (per-expert
@@ -26,10 +34,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
+#include "kernels/cpu/quant_repack.h"
 
 namespace weft {
 
@@ -46,6 +56,12 @@ class HostWeightCopy {
 
   // The copy of address p, or p itself when it lies in no copied range.
   const void* translate(const void* p) const;
+  // How the copy stores matrix m (a matrix of the set or a row slice of one): its grouped rows,
+  // 0 for plain; nullopt when m cuts a repacked group or straddles a repacked matrix, which the
+  // caller must then read in place (its source bytes are still mapped).
+  std::optional<QuantLayout> layout(const Matrix& m) const;
+  // Number of matrices stored as groups.
+  size_t repacked_matrices() const { return repacked_.size(); }
   size_t bytes() const { return bytes_; }
 
  private:
@@ -55,15 +71,26 @@ class HostWeightCopy {
     const uint8_t* copy = nullptr;  // the copy of byte `begin`
   };
   std::vector<Range> ranges_;  // sorted by begin, disjoint
+  struct Repacked {
+    uintptr_t begin = 0, end = 0;  // source addresses
+    size_t row_bytes = 0;
+    int64_t grouped_rows = 0;
+    GgmlType type = GgmlType::kQ4_K;
+  };
+  std::vector<Repacked> repacked_;  // sorted by begin, disjoint
   void* mapping_ = nullptr;
   size_t mapping_bytes_ = 0;
   size_t bytes_ = 0;
+  // Rewrites the set's q4_K matrices in the (still writable) copy as groups; fills repacked_.
+  void repack(const WeightSet& set);
   std::vector<uintptr_t> fingerprint_;  // the set's matrix addresses: a reused key is not a match
   friend struct HostWeightCopyBuilder;
 };
 
-// The source of WEFT_CPU_WEIGHTS: "copy" (default) or "mmap"; anything else is reported on stderr
-// once and read as the default.
+// The source of WEFT_CPU_WEIGHTS: "copy" (default), "copy-plain" (a copy, never repacked) or
+// "mmap"; anything else is reported on stderr once and read as the default.
 bool host_weight_copy_enabled();
+// False under WEFT_CPU_WEIGHTS=copy-plain or mmap, or where the CPU lacks the grouped kernels.
+bool host_weight_repack_enabled();
 
 }  // namespace weft

@@ -85,7 +85,7 @@ void accumulate_v_scalar(const float* v, int64_t n, const float* p, int64_t p_st
 }
 
 const AttnQuantOps kScalarOps = {scores_q8_scalar, scores_q4_scalar, load_row_scalar, dot_scalar,
-                                 accumulate_v_scalar};
+                                 accumulate_v_scalar, nullptr};
 
 // ---- Driver (shared by both paths). ----
 
@@ -148,6 +148,7 @@ void chunk_partial(const AttnQuantOps& o, const KvLayerView& kv, int64_t g, int6
     out.l[i] = l;
   }
   std::fill(out.acc, out.acc + group * hd, 0.0f);
+  if (o.accumulate_v_rows != nullptr && o.accumulate_v_rows(kv, g, k0, n, s, n, group, out.acc)) return;
   for (int64_t j0 = 0; j0 < n; j0 += kVTile) {
     const int64_t nt = std::min(kVTile, n - j0);
     for (int64_t j = 0; j < nt; ++j) o.load_row(kv.v_type, kv.v_row(g, k0 + j0 + j), vt + j * hd, hd);
@@ -256,7 +257,9 @@ bool attention_quant_supports(const KvLayerView& kv) {
 void attention_quant(const KvLayerView& kv, const AttentionArgs& args, ThreadPool* pool) {
   // Token t sees rows [0, pos0 + t]; the cache must already hold the last of them.
   WEFT_ASSERT(args.pos0 >= 0 && args.pos0 + args.T <= kv.length, "attention would read past the KV cache");
-  static const AttnQuantOps& ops = use_avx2() ? attn_quant_ops_avx2() : kScalarOps;
+  static const AttnQuantOps& ops = use_avx512_vnni() ? attn_quant_ops_avx512()
+                                   : use_avx2()      ? attn_quant_ops_avx2()
+                                                     : kScalarOps;
   run(ops, kv, args, pool);
 }
 

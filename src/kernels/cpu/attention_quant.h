@@ -44,7 +44,8 @@ class ThreadPool;
 // head_dim a multiple of 32.
 bool attention_quant_supports(const KvLayerView& kv);
 
-// Chooses the AVX2 kernels when weft::use_avx2(), else the scalar twins.
+// Chooses the AVX-512 VNNI primitives when weft::use_avx512_vnni(), the AVX2 ones when
+// weft::use_avx2(), else the scalar twins (all three give the same bits).
 void attention_quant(const KvLayerView& kv, const AttentionArgs& args, ThreadPool* pool);
 // The scalar reference twin (always compiled; for tests).
 void attention_quant_scalar(const KvLayerView& kv, const AttentionArgs& args, ThreadPool* pool);
@@ -74,8 +75,15 @@ struct AttnQuantOps {
   // acc[i][d] += Σ_j p[i·p_stride + j] · v[j][d] for j < n (in j order), i < group, d < hd.
   void (*accumulate_v)(const float* v, int64_t n, const float* p, int64_t p_stride, int64_t group,
                        int64_t hd, float* acc);
+  // Optional (nullptr: the two steps above): the same acc update straight from the cache's V rows
+  // k0..k0+n-1 of kv head g, each value decoded as load_row decodes it, in registers; returns
+  // false (and does nothing) for a V type it does not handle.
+  bool (*accumulate_v_rows)(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const float* p, int64_t p_stride,
+                            int64_t group, float* acc);
 };
 
 const AttnQuantOps& attn_quant_ops_avx2();
+// The AVX-512 VNNI set (call only where weft::use_avx512_vnni()): the same bits as the other two.
+const AttnQuantOps& attn_quant_ops_avx512();
 
 }  // namespace weft

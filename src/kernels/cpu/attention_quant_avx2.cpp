@@ -193,7 +193,7 @@ void accumulate_v_avx2(const float* v, int64_t n, const float* p, int64_t p_stri
   }
 }
 
-const AttnQuantOps kAvx2Ops = {scores_q8_avx2, scores_q4_avx2, load_row_avx2, dot_avx2, accumulate_v_avx2};
+const AttnQuantOps kAvx2Ops = {scores_q8_avx2, scores_q4_avx2, load_row_avx2, dot_avx2, accumulate_v_avx2, nullptr};
 
 }  // namespace
 

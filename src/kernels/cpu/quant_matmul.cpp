@@ -177,18 +177,35 @@ void scalar_tokens(const uint8_t* w, size_t row_bytes, int64_t rows, const uint8
 }
 
 // The row tasks over already quantized activations (T rows, xq_bytes apart), each computing
-// whole dot products with `dot`.
+// whole dot products with `dot` (plain rows) or `groups` (the layout's grouped rows; nullptr:
+// `dot` on each group unpacked). Tasks start at multiples of 16 rows, so a task never splits a
+// group of 8.
 void run_quant_rows(GgmlType wtype, const void* w, int64_t N, int64_t K, const uint8_t* xq, size_t xq_bytes,
-                    int64_t T, float* out, int64_t ldo, ThreadPool* pool, QuantDotRowsFn dot) {
+                    int64_t T, float* out, int64_t ldo, ThreadPool* pool, QuantDotRowsFn dot, QuantDotGroupsFn groups,
+                    const QuantLayout& layout) {
   const auto* wbytes = static_cast<const uint8_t*>(w);
   const size_t row_bytes = ggml_row_bytes(wtype, K);
+  const int64_t grouped = layout.grouped_rows < N ? layout.grouped_rows : N;
+  assert(grouped % kX8GroupRows == 0 && (grouped == 0 || quant_type_has_groups(wtype)));
   int64_t rows_per_task = kQuantRowsPerTask;
   if (T == 1)
     while (size_t(rows_per_task) * row_bytes < size_t(kQuantDecodeTaskBytes)) rows_per_task *= 2;
+  static_assert(kQuantRowsPerTask % kX8GroupRows == 0, "row tasks must not split a group");
   auto task = [&](int64_t i) {
     const int64_t n0 = i * rows_per_task;
     const int64_t n1 = n0 + rows_per_task < N ? n0 + rows_per_task : N;
-    dot(wbytes + size_t(n0) * row_bytes, row_bytes, n1 - n0, xq, xq_bytes, T, K, out + n0, ldo);
+    const int64_t g1 = n1 < grouped ? n1 : grouped;
+    if (n0 < g1) {
+      const uint8_t* at = wbytes + size_t(n0) * row_bytes;
+      const int64_t ng = (g1 - n0) / kX8GroupRows;
+      if (groups != nullptr) {
+        groups(at, row_bytes, ng, xq, xq_bytes, T, K, out + n0, ldo);
+      } else {
+        quant_dot_groups_via_rows(wtype, dot, at, row_bytes, ng, xq, xq_bytes, T, K, out + n0, ldo);
+      }
+    }
+    const int64_t p0 = n0 > g1 ? n0 : g1;
+    if (p0 < n1) dot(wbytes + size_t(p0) * row_bytes, row_bytes, n1 - p0, xq, xq_bytes, T, K, out + p0, ldo);
   };
   const int64_t n_tasks = ceil_div(N, rows_per_task);
   // Tiny products are not worth waking the workers; values do not depend on this choice.
@@ -202,7 +219,8 @@ void run_quant_rows(GgmlType wtype, const void* w, int64_t N, int64_t K, const u
 // The driver shared by every path: quantize each token's activations once, then the row tasks.
 void run_quant_matmul(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
                       int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool,
-                      QuantDotRowsFn dot, void (*quantize)(GgmlType, const float*, int64_t, uint8_t*)) {
+                      QuantDotRowsFn dot, QuantDotGroupsFn groups,
+                      void (*quantize)(GgmlType, const float*, int64_t, uint8_t*), const QuantLayout& layout) {
   if (N <= 0 || T <= 0 || K <= 0) return;
   assert(K % ggml_block_size(wtype) == 0);
   const size_t xq_bytes = ggml_row_bytes(activation_type(wtype), K);
@@ -210,7 +228,7 @@ void run_quant_matmul(GgmlType wtype, const void* w, int64_t N, int64_t K, const
   if (xq_scratch.size() < size_t(T) * xq_bytes) xq_scratch.resize(size_t(T) * xq_bytes);
   for (int64_t t = 0; t < T; ++t) quantize(wtype, x + t * ldx, K, xq_scratch.data() + size_t(t) * xq_bytes);
   // Workers must not name the thread_local (they would see their own): pass the pointer.
-  run_quant_rows(wtype, w, N, K, xq_scratch.data(), xq_bytes, T, out, ldo, pool, dot);
+  run_quant_rows(wtype, w, N, K, xq_scratch.data(), xq_bytes, T, out, ldo, pool, dot, groups, layout);
 }
 
 bool is_plain(GgmlType t) { return t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16; }
@@ -245,32 +263,46 @@ QuantDotRowsFn quant_dot_rows_scalar(GgmlType wtype) {
   }
 }
 
-void quant_matmul_scalar(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
-                         int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool) {
+void quant_dot_groups_via_rows(GgmlType wtype, QuantDotRowsFn rows, const uint8_t* w, size_t row_bytes, int64_t groups,
+                               const uint8_t* xq, size_t xq_stride, int64_t ntok, int64_t K, float* out, int64_t ldo) {
+  thread_local std::vector<uint8_t> plain;
+  if (plain.size() < kX8GroupRows * row_bytes) plain.resize(kX8GroupRows * row_bytes);
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint8_t* group = w + size_t(g) * kX8GroupRows * row_bytes;
+    for (int i = 0; i < kX8GroupRows; ++i) unpack_x8_row(wtype, group, K, i, plain.data() + size_t(i) * row_bytes);
+    rows(plain.data(), row_bytes, kX8GroupRows, xq, xq_stride, ntok, K, out + kX8GroupRows * g, ldo);
+  }
+}
+
+void quant_matmul_scalar_with_layout(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
+                         int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool, const QuantLayout& layout) {
   if (is_plain(wtype)) {
     matmul_scalar(*ggml_type_to_dtype(wtype), w, N, K, x, ldx, T, out, ldo, pool);
     return;
   }
-  run_quant_matmul(wtype, w, N, K, x, ldx, T, out, ldo, pool, quant_dot_rows_scalar(wtype), quantize_activations);
+  run_quant_matmul(wtype, w, N, K, x, ldx, T, out, ldo, pool, quant_dot_rows_scalar(wtype), nullptr,
+                   quantize_activations, layout);
 }
 
-void quant_matmul_avx2(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
-                       int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool) {
+void quant_matmul_avx2_with_layout(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
+                       int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool, const QuantLayout& layout) {
   if (is_plain(wtype)) {
     matmul_avx2(*ggml_type_to_dtype(wtype), w, N, K, x, ldx, T, out, ldo, pool);
     return;
   }
-  run_quant_matmul(wtype, w, N, K, x, ldx, T, out, ldo, pool, quant_dot_rows_avx2(wtype), quantize_activations_avx2);
+  run_quant_matmul(wtype, w, N, K, x, ldx, T, out, ldo, pool, quant_dot_rows_avx2(wtype), nullptr,
+                   quantize_activations_avx2, layout);
 }
 
-void quant_matmul_avx512(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
-                         int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool) {
+void quant_matmul_avx512_with_layout(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
+                         int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool, const QuantLayout& layout) {
   if (is_plain(wtype)) {
     matmul(*ggml_type_to_dtype(wtype), w, N, K, x, ldx, T, out, ldo, pool);
     return;
   }
   // The activation bytes are the AVX2 quantizer's (the same as the scalar one's).
-  run_quant_matmul(wtype, w, N, K, x, ldx, T, out, ldo, pool, quant_dot_rows_avx512(wtype), quantize_activations_avx2);
+  run_quant_matmul(wtype, w, N, K, x, ldx, T, out, ldo, pool, quant_dot_rows_avx512(wtype),
+                   quant_dot_groups_avx512(wtype), quantize_activations_avx2, layout);
 }
 
 size_t quant_activation_row_bytes(GgmlType wtype, int64_t K) {
@@ -289,26 +321,45 @@ void quantize_activation_rows(GgmlType wtype, const float* x, int64_t ldx, int64
 }
 
 void quant_matmul_quantized(GgmlType wtype, const void* w, int64_t N, int64_t K, const uint8_t* xq, int64_t T,
-                            float* out, int64_t ldo, ThreadPool* pool) {
+                            float* out, int64_t ldo, ThreadPool* pool, const QuantLayout& layout) {
   if (N <= 0 || T <= 0 || K <= 0) return;
   assert(!is_plain(wtype) && K % ggml_block_size(wtype) == 0);
   const QuantDotRowsFn dot = use_avx512_vnni() ? quant_dot_rows_avx512(wtype)
                              : use_avx2()      ? quant_dot_rows_avx2(wtype)
                                                : quant_dot_rows_scalar(wtype);
-  run_quant_rows(wtype, w, N, K, xq, quant_activation_row_bytes(wtype, K), T, out, ldo, pool, dot);
+  const QuantDotGroupsFn groups = use_avx512_vnni() ? quant_dot_groups_avx512(wtype) : nullptr;
+  run_quant_rows(wtype, w, N, K, xq, quant_activation_row_bytes(wtype, K), T, out, ldo, pool, dot, groups, layout);
 }
 
-void quant_matmul(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
-                  int64_t T, float* out, int64_t ldo, ThreadPool* pool) {
+void quant_matmul_with_layout(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
+                  int64_t T, float* out, int64_t ldo, ThreadPool* pool, const QuantLayout& layout) {
   if (is_plain(wtype)) {
     matmul(*ggml_type_to_dtype(wtype), w, N, K, x, ldx, T, out, ldo, pool);  // its own dispatch
   } else if (use_avx512_vnni()) {
-    quant_matmul_avx512(wtype, w, N, K, x, ldx, T, out, ldo, pool);
+    quant_matmul_avx512_with_layout(wtype, w, N, K, x, ldx, T, out, ldo, pool, layout);
   } else if (use_avx2()) {
-    quant_matmul_avx2(wtype, w, N, K, x, ldx, T, out, ldo, pool);
+    quant_matmul_avx2_with_layout(wtype, w, N, K, x, ldx, T, out, ldo, pool, layout);
   } else {
-    quant_matmul_scalar(wtype, w, N, K, x, ldx, T, out, ldo, pool);
+    quant_matmul_scalar_with_layout(wtype, w, N, K, x, ldx, T, out, ldo, pool, layout);
   }
+}
+
+// The plain-layout entry points.
+void quant_matmul(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx, int64_t T,
+                  float* out, int64_t ldo, ThreadPool* pool) {
+  quant_matmul_with_layout(wtype, w, N, K, x, ldx, T, out, ldo, pool, QuantLayout{});
+}
+void quant_matmul_scalar(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx, int64_t T,
+                         float* out, int64_t ldo, ThreadPool* pool) {
+  quant_matmul_scalar_with_layout(wtype, w, N, K, x, ldx, T, out, ldo, pool, QuantLayout{});
+}
+void quant_matmul_avx2(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx, int64_t T,
+                       float* out, int64_t ldo, ThreadPool* pool) {
+  quant_matmul_avx2_with_layout(wtype, w, N, K, x, ldx, T, out, ldo, pool, QuantLayout{});
+}
+void quant_matmul_avx512(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx, int64_t T,
+                         float* out, int64_t ldo, ThreadPool* pool) {
+  quant_matmul_avx512_with_layout(wtype, w, N, K, x, ldx, T, out, ldo, pool, QuantLayout{});
 }
 
 }  // namespace weft

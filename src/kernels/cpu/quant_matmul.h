@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "core/quant_types.h"
+#include "kernels/cpu/quant_repack.h"
 
 namespace weft {
 
@@ -66,6 +67,18 @@ void quant_matmul_avx2(GgmlType wtype, const void* w, int64_t N, int64_t K, cons
 void quant_matmul_avx512(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
                          int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool);
 
+// The same entry points for a matrix stored as `layout` says (quant_repack.h: leading rows in
+// x8 groups of q4_K / q5_K, as the CPU backend's weight copy stores them); the entry points above
+// read plain rows. Every output is the same bits as the plain layout's.
+void quant_matmul_with_layout(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
+                  int64_t T, float* out, int64_t ldo, ThreadPool* pool, const QuantLayout& layout);
+void quant_matmul_scalar_with_layout(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
+                         int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool, const QuantLayout& layout);
+void quant_matmul_avx2_with_layout(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
+                       int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool, const QuantLayout& layout);
+void quant_matmul_avx512_with_layout(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
+                         int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool, const QuantLayout& layout);
+
 // The same product in two steps, for callers that multiply one set of activations by several
 // block-quantized matrices (the grouped expert path: every row task of every expert, and gate and
 // up, share a token's activations): quantize_activation_rows writes T rows of
@@ -75,7 +88,7 @@ void quant_matmul_avx512(GgmlType wtype, const void* w, int64_t N, int64_t K, co
 size_t quant_activation_row_bytes(GgmlType wtype, int64_t K);
 void quantize_activation_rows(GgmlType wtype, const float* x, int64_t ldx, int64_t T, int64_t K, uint8_t* dst);
 void quant_matmul_quantized(GgmlType wtype, const void* w, int64_t N, int64_t K, const uint8_t* xq, int64_t T,
-                            float* out, int64_t ldo, ThreadPool* pool);
+                            float* out, int64_t ldo, ThreadPool* pool, const QuantLayout& layout = {});
 
 // The activation block type a weight type is multiplied against (q8_0 or q8_K).
 GgmlType activation_type(GgmlType wtype);
@@ -99,5 +112,17 @@ using QuantDotRowsFn = void (*)(const uint8_t* w, size_t row_bytes, int64_t rows
 QuantDotRowsFn quant_dot_rows_scalar(GgmlType wtype);  // nullptr for plain types
 QuantDotRowsFn quant_dot_rows_avx2(GgmlType wtype);
 QuantDotRowsFn quant_dot_rows_avx512(GgmlType wtype);
+
+// The grouped-layout kernel (quant_repack.h): out[t * ldo + 8g + r] = row r of group g (groups
+// kX8GroupRows * row_bytes apart from w) times token t, for g < groups. The same bits as the
+// row kernels on the plain rows. Only the AVX-512 path has one (nullptr otherwise, and for types
+// without groups); the others run quant_dot_groups_via_rows.
+using QuantDotGroupsFn = void (*)(const uint8_t* w, size_t row_bytes, int64_t groups, const uint8_t* xq,
+                                  size_t xq_stride, int64_t ntok, int64_t K, float* out, int64_t ldo);
+QuantDotGroupsFn quant_dot_groups_avx512(GgmlType wtype);
+// Any row kernel on grouped rows: each group unpacked to its plain rows (in a per-thread scratch),
+// then `rows` on them. This is the scalar twin of the grouped kernels (with the scalar rows).
+void quant_dot_groups_via_rows(GgmlType wtype, QuantDotRowsFn rows, const uint8_t* w, size_t row_bytes, int64_t groups,
+                               const uint8_t* xq, size_t xq_stride, int64_t ntok, int64_t K, float* out, int64_t ldo);
 
 }  // namespace weft
