@@ -19,6 +19,7 @@
 #include "io/safetensors.h"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/moe_route.cuh"
+#include "kernels/cuda/rows.cuh"
 #include "test_util.h"
 
 namespace weft {
@@ -284,6 +285,21 @@ TEST_P(CudaBackendTest, RoutingInTheRouterLaunchEqualsItsOwnLaunch) {
   expect_same_bits_both_ways(*model_, "WEFT_CUDA_FUSE_ROUTE", "0", "1", 35, 61, 6, 1);
 }
 
+// The attention output gate (mul_sigmoid) staged by the blocks of the o projection that reads it
+// gives the bits of its own launch (WEFT_CUDA_FUSE_GATE=0): decode steps and a verify (the
+// verify's products are batched, so the gate keeps its launch there).
+TEST_P(CudaBackendTest, AttentionGateInTheProductEqualsItsOwnLaunch) {
+  expect_same_bits_both_ways(*model_, "WEFT_CUDA_FUSE_GATE", "0", nullptr, 39, 71, 6, 1);
+}
+
+// down_combine reading the routing (1, the default) or the routing and its first weights (2)
+// before its PDL wait gives the bits of reading everything after it (WEFT_CUDA_DOWN_EARLY=0): a
+// read of the routing before its writer completed would differ here (or in the PDL test above).
+TEST_P(CudaBackendTest, DownCombineEarlyReadsEqualReadsAfterTheWait) {
+  expect_same_bits_both_ways(*model_, "WEFT_CUDA_DOWN_EARLY", "0", nullptr, 43, 81, 6, 1);
+  expect_same_bits_both_ways(*model_, "WEFT_CUDA_DOWN_EARLY", "0", "2", 43, 91, 6, 1);
+}
+
 // Programmatic dependent launch (kernels scheduled while their predecessor finishes) changes when
 // kernels run, never what they compute: decode steps (eager, captured and replayed) and three
 // 4-row verifies give the bits of plain launches (WEFT_CUDA_PDL=0). A kernel that read its
@@ -426,6 +442,53 @@ TEST(CudaMatvec, OneTokenEqualsItsRowInABatch) {
         EXPECT_EQ(std::memcmp(one.data() + j * N, batch.data() + t * N, size_t(N) * 4), 0) << what << ", token " << t << ", job " << j;
     }
     cudaFree(dw), cudaFree(dx), cudaFree(dy), cudaFree(dy1);
+  }
+}
+
+// A one-token product whose input is x·σ(gate) staged in the launch (matvec_multi's sigmoid_gate,
+// the attention output gate folded into the o projection) gives the bits of cuda::mul_sigmoid
+// followed by the plain product, and leaves x ungated: odd sizes, the wide-pass size (K 4096 at
+// one row per warp), two rows per warp (N 5000) and the largest staged K (8192).
+TEST(CudaMatvec, SigmoidGateInTheProductEqualsMulSigmoidFirst) {
+  if (Status s = check_device(Device::kCuda); !s.ok()) GTEST_SKIP() << "no GPU here: " << s.message();
+  std::mt19937 rng(29);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const auto& [N, K] : std::vector<std::pair<int64_t, int64_t>>{{2048, 4096}, {37, 4104}, {5000, 2056}, {9, 8192}, {3, 8}}) {
+    std::vector<uint16_t> w(size_t(N * K));
+    for (auto& v : w) {
+      const float f = nd(rng);
+      uint32_t b;
+      std::memcpy(&b, &f, 4);
+      v = uint16_t(b >> 16);
+    }
+    std::vector<float> x(size_t(K)), g(size_t(K));
+    for (auto& v : x) v = nd(rng);
+    for (auto& v : g) v = 4.0f * nd(rng);
+    void *dw = nullptr, *dx = nullptr, *dg = nullptr, *dy = nullptr, *dy1 = nullptr;
+    ASSERT_EQ(cudaMalloc(&dw, w.size() * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dx, x.size() * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dg, g.size() * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dy, size_t(N) * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dy1, size_t(N) * 4), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dw, w.data(), w.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dg, g.data(), g.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    const std::string what = "N " + std::to_string(N) + ", K " + std::to_string(K);
+    cuda::MatvecJobs jobs;
+    jobs.n = 1, jobs.w[0] = dw, jobs.row_bytes[0] = size_t(K) * 2, jobs.N[0] = N, jobs.y[0] = static_cast<float*>(dy1);
+    cuda::matvec_multi(DType::kBF16, jobs, K, static_cast<float*>(dx), nullptr, nullptr, nullptr, static_cast<float*>(dg));
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> fused = get(static_cast<float*>(dy1), N);
+    EXPECT_EQ(std::memcmp(get(static_cast<float*>(dx), K).data(), x.data(), x.size() * 4), 0) << what << ": x was written";
+    cuda::mul_sigmoid(static_cast<float*>(dx), static_cast<float*>(dg), K, nullptr);
+    jobs.y[0] = static_cast<float*>(dy);
+    cuda::matvec_multi(DType::kBF16, jobs, K, static_cast<float*>(dx), nullptr);
+    const std::vector<float> apart = get(static_cast<float*>(dy), N);
+    EXPECT_EQ(std::memcmp(fused.data(), apart.data(), size_t(N) * 4), 0) << what;
+    // Not a vacuous comparison: the gate changed the input (and so the result).
+    const std::vector<float> gated = get(static_cast<float*>(dx), K);
+    EXPECT_NE(std::memcmp(gated.data(), x.data(), x.size() * 4), 0) << what;
+    cudaFree(dw), cudaFree(dx), cudaFree(dg), cudaFree(dy), cudaFree(dy1);
   }
 }
 

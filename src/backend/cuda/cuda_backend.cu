@@ -180,6 +180,13 @@ class CudaBackend final : public Backend {
     fuse_down_on_ = fuse_on_ && !(fuse_down && std::string(fuse_down) == "0");
     const char* fuse_route = std::getenv("WEFT_CUDA_FUSE_ROUTE");
     fuse_route_on_ = fuse_on_ && fuse_route && std::string(fuse_route) == "1";
+    if (const char* e = std::getenv("WEFT_CUDA_DOWN_EARLY"); e && *e) {
+      const std::string v(e);
+      if (v == "0" || v == "1" || v == "2") down_early_ = v[0] - '0';
+      else std::fprintf(stderr, "weft: WEFT_CUDA_DOWN_EARLY=%s ignored (0, 1 or 2)\n", e);
+    }
+    const char* fuse_gate = std::getenv("WEFT_CUDA_FUSE_GATE");
+    fuse_gate_on_ = fuse_on_ && !(fuse_gate && std::string(fuse_gate) == "0");
     cuda::set_pdl_enabled(cuda::pdl_enabled_by_env());  // WEFT_CUDA_PDL=0: plain launches
     WEFT_CUDA_CHECK(cudaSetDevice(0));
     WEFT_CUDA_CHECK(cudaStreamCreate(&stream_));
@@ -318,7 +325,14 @@ class CudaBackend final : public Backend {
   void mul_sigmoid(float* x, const float* gate, int64_t n) override {
     const char* const op = "mul_sigmoid";
     recorder_->sig() << __LINE__ << x << gate << n;
-    launch(op, [=, this] { cuda::mul_sigmoid(x, gate, n, stream_); });
+    // Folded into the one-token product that reads x when that comes next (see GateRun).
+    auto run = std::make_shared<GateRun>();
+    run->x = x, run->gate = gate, run->n = n;
+    launch(op, [run, this] {
+      if (!run->folded) cuda::mul_sigmoid(run->x, run->gate, run->n, stream_);
+    });
+    if (fuse_gate_on_) open_fusable(run);
+    else open_fusable(std::shared_ptr<GateRun>());
   }
   void add_sigmoid_scaled(float* y, const float* x, const float* s, int64_t rows, int64_t width) override {
     const char* const op = "add_sigmoid_scaled";
@@ -361,6 +375,20 @@ class CudaBackend final : public Backend {
       run->x = sw->gate, run->up = sw->up, run->K = K, run->type = dt;
       run->jobs.n = 1, run->jobs.w[0] = wd, run->jobs.row_bytes[0] = rb, run->jobs.N[0] = N, run->jobs.y[0] = y;
       launch("swiglu+matmul", [run, this] { cuda::matvec_multi(run->type, run->jobs, run->K, run->x, stream_, run->up); });
+      open_matvec_.reset();  // its input is not x: nothing joins it
+      return;
+    }
+    // x·σ(gate) -> this product (the attention output gate, then the o projection): the product
+    // stages x·σ(gate) in each block instead; x itself is left ungated (forward() reads it nowhere else).
+    if (GateRun* g = open_gate(); one_token && g && g->x == x && g->n == K && y != g->gate &&
+                                  cuda::matvec_gate_fits(K) && cuda::matmul_vec_ok(wd, rb, K, g->gate, K)) {
+      g->folded = true;
+      auto run = std::make_shared<MatvecRun>();
+      run->x = x, run->gate = g->gate, run->K = K, run->type = dt;
+      run->jobs.n = 1, run->jobs.w[0] = wd, run->jobs.row_bytes[0] = rb, run->jobs.N[0] = N, run->jobs.y[0] = y;
+      launch("mul_sigmoid+matmul", [run, this] {
+        cuda::matvec_multi(run->type, run->jobs, run->K, run->x, stream_, nullptr, nullptr, run->gate);
+      });
       open_matvec_.reset();  // its input is not x: nothing joins it
       return;
     }
@@ -454,6 +482,10 @@ class CudaBackend final : public Backend {
       if (swiglu && n == 1 && types.size() == 1 && fuse_down_on_) {
         auto run = std::make_shared<DownRun>();
         run->type = type, run->job = dj[0], run->begin = begin, run->tile_expert = tile_expert, run->n_tiles = n_tiles;
+        // The routing may be read before the PDL wait only when the launch right before this one
+        // (the folded swiglu's writer) is an expert launch over the same routing (see
+        // cuda::DownCombine::early): its blocks pass their wait on the routing's writer first.
+        run->early = open_id_ == routed_id_ + 1 && routed_begin_ == begin ? down_early_ : 0;
         launch(op, [=, this] {
           if (!run->combine) {
             timing_name_ = "swiglu+grouped_matmul";
@@ -470,6 +502,7 @@ class CudaBackend final : public Backend {
         cuda::expert_matmul(type, djobs, n, max_n, begin, tile_expert, tile_t0, n_tiles, max_tiles, vec, one_row,
                             swiglu_k, stream_);
       });
+      if (types.size() == 1) routed_id_ = recorder_->last_op_id(), routed_begin_ = begin;
     }
   }
 
@@ -766,11 +799,12 @@ class CudaBackend final : public Backend {
   // launches; and each fused kernel computes exactly the separate kernels' arithmetic (shared
   // device helpers, the same reduction orders), so fused and unfused launches give the same bits
   // (WEFT_CUDA_FUSE=0 runs unfused; tests/backend_cuda_test.cu compares). A folded swiglu or
-  // moe_gather does not write its output buffer: the product that follows reads its inputs
+  // moe_gather (or mul_sigmoid) does not write its output buffer: the product that follows reads its inputs
   // instead, and forward() reads those buffers nowhere else.
   //   add_sigmoid_scaled (shared expert) -> add (residual) -> rmsnorm (next layer's norm): one
   //   ResidualRun, one cuda::residual_rmsnorm launch;
   //   swiglu -> one-token matmul or one-row grouped_matmul reading its output;
+  //   mul_sigmoid (attention output gate) -> one-token matmul reading its x (the o projection);
   //   moe_gather -> one-row grouped_matmul reading its output;
   //   causal_conv -> gdn_prep of the same rows (one sequence): cuda::causal_conv_prep;
   //   gdn_recurrence (one sequence) -> rmsnorm_gated of its output: cuda::gdn_recurrence_norm.
@@ -782,6 +816,12 @@ class CudaBackend final : public Backend {
   struct SwigluRun {
     const float *gate = nullptr, *up = nullptr;
     float* out = nullptr;
+    int64_t n = 0;
+    bool folded = false;
+  };
+  struct GateRun {  // mul_sigmoid: x *= σ(gate)
+    float* x = nullptr;
+    const float* gate = nullptr;
     int64_t n = 0;
     bool folded = false;
   };
@@ -823,6 +863,7 @@ class CudaBackend final : public Backend {
     size_t s_row_bytes = 0;
     int64_t s_K = 0;
     float* s_y = nullptr;
+    int early = 0;  // cuda::DownCombine::early
   };
   void run_down_combine(const DownRun& d) {
     cuda::DownCombine a;
@@ -835,12 +876,14 @@ class CudaBackend final : public Backend {
     } else {
       timing_name_ = "swiglu+grouped_matmul+moe_combine";
     }
+    a.early = d.early;
     cuda::down_combine(d.type, a, stream_);
     if (d.sw_held && !d.s_w) cuda::swiglu(d.sw_gate, d.sw_up, d.sw_out, d.sw_n, stream_);
   }
   std::shared_ptr<DownRun> open_down_;
   std::shared_ptr<ResidualRun> open_residual_;
   std::shared_ptr<SwigluRun> open_swiglu_;
+  std::shared_ptr<GateRun> open_gate_;
   std::shared_ptr<GatherRun> open_gather_;
   std::shared_ptr<ConvRun> open_conv_;
   std::shared_ptr<GdnRun> open_gdn_;
@@ -848,9 +891,10 @@ class CudaBackend final : public Backend {
   template <typename Run>
   void open_fusable(const std::shared_ptr<Run>& run) {
     open_residual_.reset(), open_swiglu_.reset(), open_gather_.reset(), open_conv_.reset(), open_gdn_.reset();
-    open_down_.reset();
+    open_down_.reset(), open_gate_.reset();
     if constexpr (std::is_same_v<Run, ResidualRun>) open_residual_ = run;
     else if constexpr (std::is_same_v<Run, SwigluRun>) open_swiglu_ = run;
+    else if constexpr (std::is_same_v<Run, GateRun>) open_gate_ = run;
     else if constexpr (std::is_same_v<Run, ConvRun>) open_conv_ = run;
     else if constexpr (std::is_same_v<Run, GdnRun>) open_gdn_ = run;
     else if constexpr (std::is_same_v<Run, DownRun>) open_down_ = run;
@@ -863,6 +907,7 @@ class CudaBackend final : public Backend {
   }
   ResidualRun* open_residual() const { return open_run(open_residual_); }
   SwigluRun* open_swiglu() const { return open_run(open_swiglu_); }
+  GateRun* open_gate() const { return open_run(open_gate_); }
   GatherRun* open_gather() const { return open_run(open_gather_); }
   ConvRun* open_conv() const { return open_run(open_conv_); }
   GdnRun* open_gdn() const { return open_run(open_gdn_); }
@@ -879,6 +924,7 @@ class CudaBackend final : public Backend {
   struct MatvecRun {
     const float* x = nullptr;
     const float* up = nullptr;  // set: the input is swiglu(x, up)
+    const float* gate = nullptr;  // set: the input is x·σ(gate)
     int64_t K = 0;
     DType type = DType::kF32;
     cuda::MatvecJobs jobs;
@@ -900,9 +946,15 @@ class CudaBackend final : public Backend {
   bool graphs_on_ = true;
   bool fuse_on_ = true;  // WEFT_CUDA_FUSE=0: no fused launches (the before of docs/results.md §10)
   bool fuse_down_on_ = true;  // WEFT_CUDA_FUSE_MOE_DOWN=0: no DownRun (combine, shared down apart)
+  bool fuse_gate_on_ = true;  // WEFT_CUDA_FUSE_GATE=0: mul_sigmoid in its own launch (no GateRun)
   // WEFT_CUDA_FUSE_ROUTE=1: a one-row routing runs in the router launch's last block (RouteTail).
   // Off by default: measured slower than its own launch (231.5 vs 227.8 tok/s, docs/results.md §10).
   bool fuse_route_on_ = false;
+  // WEFT_CUDA_DOWN_EARLY=0|1|2: what down_combine reads before its PDL wait (cuda::DownCombine::
+  // early; default 1, the routing). Same bits in every setting.
+  int down_early_ = 1;
+  uint64_t routed_id_ = 0;  // op id of the last one-type expert launch, and its routing
+  const int32_t* routed_begin_ = nullptr;
   DeviceArray route_counter_;  // cuda::RouteTail's block count (zero between launches)
   std::string name_;
   cudaStream_t stream_ = nullptr;

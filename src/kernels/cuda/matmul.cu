@@ -232,7 +232,8 @@ struct MatvecBlocks {
 // How a product's input is formed: read as is, swiglu(x, up) per warp while loading, or swiglu(x,
 // up) staged once per block in shared memory (K <= kSwigluStageMax; every warp of the block then
 // reads it there: 8x fewer exp calls). The same values either way, so the same bits.
-enum SwigluMode : int { kPlain = 0, kSwigluDirect = 1, kSwigluStaged = 2 };
+// kGateStaged: x·σ(gate) (mul_sigmoid's formula, the attention output gate) staged the same way.
+enum SwigluMode : int { kPlain = 0, kSwigluDirect = 1, kSwigluStaged = 2, kGateStaged = 3 };
 constexpr int64_t kSwigluStageMax = 8192;
 SwigluMode swiglu_mode(bool swiglu, int64_t K) {
   return !swiglu ? kPlain : K <= kSwigluStageMax ? kSwigluStaged : kSwigluDirect;
@@ -241,6 +242,27 @@ SwigluMode swiglu_mode(bool swiglu, int64_t K) {
 // All threads of the block: xs[i] = swiglu(x[i], up[i]) for i < K, then a barrier.
 __device__ __forceinline__ void stage_swiglu(float* xs, const float* x, const float* up, int64_t K) {
   for (int64_t i = threadIdx.x; i < K; i += blockDim.x) xs[i] = swiglu_dev(x[i], up[i]);
+  __syncthreads();
+}
+
+// All threads of the block: xs[i] = x[i]·σ(gate[i]) for i < K (mul_sigmoid's expression, so its
+// bits), then a barrier. kStageBatch elements per thread with every load issued before the first
+// product: two memory round trips for a 4096-wide row instead of one per element.
+__device__ __forceinline__ void stage_gate(float* xs, const float* x, const float* gate, int64_t K) {
+  constexpr int kBatch = 8;
+  for (int64_t base = threadIdx.x; base < K; base += int64_t(blockDim.x) * kBatch) {
+    float xv[kBatch], gv[kBatch];
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      const int64_t i = base + int64_t(q) * blockDim.x;
+      if (i < K) xv[q] = x[i], gv[q] = gate[i];
+    }
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      const int64_t i = base + int64_t(q) * blockDim.x;
+      if (i < K) xs[i] = xv[q] * sigmoid_dev(gv[q]);
+    }
+  }
   __syncthreads();
 }
 
@@ -289,6 +311,9 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
   pdl_begin();
   if constexpr (SW == kSwigluStaged) {
     stage_swiglu(reinterpret_cast<float*>(staged4), x, up, K);
+    x = reinterpret_cast<const float*>(staged4);
+  } else if constexpr (SW == kGateStaged) {  // `up` holds the gate
+    stage_gate(reinterpret_cast<float*>(staged4), x, up, K);
     x = reinterpret_cast<const float*>(staged4);
   }
   if (n_rows > 0) {
@@ -412,24 +437,32 @@ __device__ __forceinline__ void stage_slots(float* xs, const float* gate, const 
 // each warp issues its first pass of weight loads before the block stages every slot's swiglu
 // input (and the shared expert's) in shared memory ([k][K] then [s_K]), so the weights' latency
 // overlaps the staging.
-template <DType D, int R>
+// EARLY (DownCombine::early): 0: everything after pdl_begin's wait. 1: the routing is read before
+// the wait. Safe because the routing's writer is at least two launches back: the predecessor is
+// the experts' gate/up launch, which reads the same routing, and this kernel can only be scheduled
+// once every block of that launch has passed its own wait, i.e. once the routing launch (or the
+// router launch's tail) has completed. The routing loads go through L2 (__ldcg), never a stale L1
+// line of an earlier layer's routing. 2: also the first pass of weight loads (constant) before the
+// wait. Same values read in every mode, so the same bits.
+template <DType D, int R, int EARLY>
 __global__ void __launch_bounds__(kMatvecWarps * 32) down_combine_kernel(DownCombine a) {
-  pdl_begin();
+  if constexpr (EARLY == 0) pdl_begin();
   extern __shared__ float4 staged4[];
   float* xs = reinterpret_cast<float*>(staged4);
   __shared__ const uint8_t* wrow[kMaxDownCombineRows];
   __shared__ int32_t pos[kMaxDownCombineRows];
   __shared__ int32_t zero_row[1];
   // tile_expert has at least k entries (moe_max_tiles), so it is read before n_tiles is known.
-  const int n_tiles = *a.n_tiles;
-  const int e = int(threadIdx.x) < a.k ? a.tile_expert[threadIdx.x] : 0;
+  const int n_tiles = __ldcg(a.n_tiles);
+  const int e = int(threadIdx.x) < a.k ? __ldcg(a.tile_expert + threadIdx.x) : 0;
   const int nt = min(n_tiles, a.k);
   if (int(threadIdx.x) < nt) {
-    pos[threadIdx.x] = a.expert_begin[e];
+    pos[threadIdx.x] = __ldcg(a.expert_begin + e);
     wrow[threadIdx.x] = static_cast<const uint8_t*>(a.w[e]);
   }
   if (threadIdx.x == 0) zero_row[0] = 0;
   __syncthreads();
+  if constexpr (EARLY == 1) pdl_begin();
   const int64_t h = int64_t(blockIdx.x) * kMatvecWarps + threadIdx.x / 32;
   const bool active = h < a.N;
   // Row r < nt: expert position r, input xs[r]; row nt (with a shared expert): the shared one.
@@ -452,6 +485,7 @@ __global__ void __launch_bounds__(kMatvecWarps * 32) down_combine_kernel(DownCom
 #pragma unroll
   for (int r = 0; r < R; ++r)
     if (r < n_rows && k0 < (r == nt ? a.s_K : a.K)) raw[r] = load_raw8<D>(rows[r], k0);
+  if constexpr (EARLY == 2) pdl_begin();
   stage_slots(xs, a.gate, a.up, pos, a.K, int64_t(nt) * a.K);
   float* sxs = xs + int64_t(a.k) * a.K;
   if (a.sw) stage_slots(sxs, a.s_gate, a.s_up, zero_row, a.s_K, a.s_K);
@@ -594,9 +628,12 @@ void down_combine(DType dtype, const DownCombine& a, cudaStream_t stream) {
   const size_t smem = down_combine_smem(a.k, a.K, shared ? a.s_K : 0);
   const unsigned grid = blocks_for(a.N, kMatvecWarps), threads = kMatvecWarps * 32;
   const bool small = a.k + (shared ? 1 : 0) <= 10;
-#define WEFT_DOWN_COMBINE(D) \
-  (small ? launch_pdl(down_combine_kernel<D, 10>, grid, threads, smem, stream, a) \
-         : launch_pdl(down_combine_kernel<D, kMaxDownCombineRows>, grid, threads, smem, stream, a))
+  if (a.early < 0 || a.early > 2) check(cudaErrorInvalidValue, "down_combine: early must be 0, 1 or 2");
+#define WEFT_DOWN_COMBINE_E(D, RR)                                                                   \
+  (a.early == 0   ? launch_pdl(down_combine_kernel<D, RR, 0>, grid, threads, smem, stream, a) \
+   : a.early == 1 ? launch_pdl(down_combine_kernel<D, RR, 1>, grid, threads, smem, stream, a) \
+                  : launch_pdl(down_combine_kernel<D, RR, 2>, grid, threads, smem, stream, a))
+#define WEFT_DOWN_COMBINE(D) (small ? WEFT_DOWN_COMBINE_E(D, 10) : WEFT_DOWN_COMBINE_E(D, kMaxDownCombineRows))
   switch (dtype) {
     case DType::kF32: WEFT_DOWN_COMBINE(DType::kF32); break;
     case DType::kF16: WEFT_DOWN_COMBINE(DType::kF16); break;
@@ -604,6 +641,7 @@ void down_combine(DType dtype, const DownCombine& a, cudaStream_t stream) {
     default: check(cudaErrorInvalidValue, "down_combine: weight type not yet on CUDA");
   }
 #undef WEFT_DOWN_COMBINE
+#undef WEFT_DOWN_COMBINE_E
   WEFT_CUDA_LAUNCHED();
 }
 
@@ -611,8 +649,12 @@ bool route_tail_fits(int64_t n_experts, int64_t k) {
   return k >= 1 && k <= kMaxK && k <= n_experts && size_t(3 * n_experts) * sizeof(float) <= 40 * 1024;
 }
 
+bool matvec_gate_fits(int64_t K) { return K > 0 && K <= kSwigluStageMax; }
+
 void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x, cudaStream_t stream,
-                  const float* up, const RouteTail* tail) {
+                  const float* up, const RouteTail* tail, const float* sigmoid_gate) {
+  if (sigmoid_gate && (up || tail || !matvec_gate_fits(K)))
+    check(cudaErrorInvalidValue, "matvec_multi: a sigmoid gate only on a plain input of at most 8192 columns");
   MatvecBlocks blocks{};
   int64_t total_rows = 0;
   for (int j = 0; j < jobs.n; ++j) total_rows += jobs.N[j];
@@ -620,15 +662,20 @@ void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x
   for (int j = 0; j < jobs.n; ++j) blocks.begin[j + 1] = blocks.begin[j] + int(blocks_for(jobs.N[j], kMatvecWarps * R));
   if (jobs.n == 0 || blocks.begin[jobs.n] == 0) return;
   const unsigned grid = unsigned(blocks.begin[jobs.n]), threads = kMatvecWarps * 32;
-  const SwigluMode mode = swiglu_mode(up != nullptr, K);
+  const SwigluMode mode = sigmoid_gate ? kGateStaged : swiglu_mode(up != nullptr, K);
+  if (sigmoid_gate) up = sigmoid_gate;  // the kernel's second input
   if (tail && (up || !route_tail_fits(tail->E, tail->K))) check(cudaErrorInvalidValue, "matvec_multi: routing tail not supported here");
   const RouteTail t = tail ? *tail : RouteTail{};
-  const size_t smem = mode == kSwigluStaged ? size_t(K) * sizeof(float) : tail ? size_t(3 * t.E) * sizeof(float) : 0;
+  const size_t smem = mode == kSwigluStaged || mode == kGateStaged ? size_t(K) * sizeof(float)
+                      : tail                                        ? size_t(3 * t.E) * sizeof(float)
+                                                                    : 0;
   const bool pf = matvec_prefetch();
   const bool wide = R == 1 && K >= kWidePassK && matvec_wide();
   switch (dtype) {
 #define WEFT_MATVEC_R(D, RR)                                                                                          \
-  (mode == kSwigluStaged   ? launch_pdl(matvec_multi_kernel<D, kSwigluStaged, RR>, grid, threads, smem, stream, jobs, blocks, K, x, up, pf, t) \
+  (mode == kGateStaged     ? (wide ? launch_pdl(matvec_multi_kernel<D, kGateStaged, 1, false, true>, grid, threads, smem, stream, jobs, blocks, K, x, up, pf, t) \
+                                   : launch_pdl(matvec_multi_kernel<D, kGateStaged, RR>, grid, threads, smem, stream, jobs, blocks, K, x, up, pf, t)) \
+   : mode == kSwigluStaged ? launch_pdl(matvec_multi_kernel<D, kSwigluStaged, RR>, grid, threads, smem, stream, jobs, blocks, K, x, up, pf, t) \
    : mode == kSwigluDirect ? launch_pdl(matvec_multi_kernel<D, kSwigluDirect, RR>, grid, threads, 0, stream, jobs, blocks, K, x, up, pf, t) \
    : tail                  ? launch_pdl(matvec_multi_kernel<D, kPlain, RR, true>, grid, threads, smem, stream, jobs, blocks, K, x, nullptr, pf, t) \
    : wide                  ? launch_pdl(matvec_multi_kernel<D, kPlain, 1, false, true>, grid, threads, 0, stream, jobs, blocks, K, x, nullptr, pf, t) \

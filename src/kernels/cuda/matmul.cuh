@@ -74,6 +74,9 @@ struct DownCombine {
   int64_t s_K = 0;
   const float *s_gate = nullptr, *s_up = nullptr;
   float* s_y = nullptr;
+  // What the kernel reads before its PDL wait: 0 nothing; 1 the routing (default: its writer is
+  // two launches back, see down_combine_kernel); 2 the routing and the first pass of weights.
+  int early = 1;
 };
 // Whether down_combine takes this shape (rows, staged input size, types); vec: 16-byte loads apply.
 bool down_combine_fits(int k, bool shared, int64_t K, int64_t s_K);
@@ -105,8 +108,11 @@ struct RouteTail {
 bool route_tail_fits(int64_t n_experts, int64_t k);
 // up set: the input is swiglu(x, up) computed while loading (same bits as swiglu, then the product).
 // tail set: the routing above after the products (plain input only).
+// sigmoid_gate set: the input is x·σ(sigmoid_gate), staged once per block (same bits as
+// mul_sigmoid, then the product; x itself is not written); K within matvec_gate_fits, no up/tail.
+bool matvec_gate_fits(int64_t K);
 void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x, cudaStream_t stream,
-                  const float* up = nullptr, const RouteTail* tail = nullptr);
+                  const float* up = nullptr, const RouteTail* tail = nullptr, const float* sigmoid_gate = nullptr);
 
 // True for the weight types this kernel takes.
 bool matmul_supports(DType dtype);
