@@ -185,6 +185,8 @@ class CudaBackend final : public Backend {
       if (v == "0" || v == "1" || v == "2") down_early_ = v[0] - '0';
       else std::fprintf(stderr, "weft: WEFT_CUDA_DOWN_EARLY=%s ignored (0, 1 or 2)\n", e);
     }
+    const char* fuse_norm = std::getenv("WEFT_CUDA_FUSE_NORM");
+    fuse_norm_on_ = fuse_on_ && !(fuse_norm && std::string(fuse_norm) == "0");
     const char* fuse_gate = std::getenv("WEFT_CUDA_FUSE_GATE");
     fuse_gate_on_ = fuse_on_ && !(fuse_gate && std::string(fuse_gate) == "0");
     cuda::set_pdl_enabled(cuda::pdl_enabled_by_env());  // WEFT_CUDA_PDL=0: plain launches
@@ -194,6 +196,7 @@ class CudaBackend final : public Backend {
     WEFT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&touched_dev_), sizeof(long long)));
     WEFT_CUDA_CHECK(cudaMemset(touched_dev_, 0, sizeof(long long)));
     WEFT_CUDA_CHECK(cudaMemset(route_counter_.reserve(sizeof(unsigned)), 0, sizeof(unsigned)));
+    WEFT_CUDA_CHECK(cudaMemset(norm_counter_.reserve(sizeof(unsigned)), 0, sizeof(unsigned)));
     WEFT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&touched_host_), sizeof(long long)));
     cudaDeviceProp prop{};
     WEFT_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -302,7 +305,9 @@ class CudaBackend final : public Backend {
     }
     auto run = std::make_shared<ResidualRun>();
     run->a.x = x, run->a.y = const_cast<float*>(y), run->a.rows = 1, run->a.n = n;
-    launch(op, [run, this] { run_residual(*run); });
+    launch(op, [run, this] {
+      if (!run->folded) run_residual(*run);
+    });
     open_fusable(run);
   }
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override {
@@ -339,7 +344,9 @@ class CudaBackend final : public Backend {
     recorder_->sig() << __LINE__ << y << x << s << rows << width;
     auto run = std::make_shared<ResidualRun>();
     run->a.y = y, run->a.shared = x, run->a.s = s, run->a.rows = rows, run->a.n = width;
-    launch(op, [run, this] { run_residual(*run); });
+    launch(op, [run, this] {
+      if (!run->folded) run_residual(*run);
+    });
     open_fusable(run);
   }
 
@@ -392,8 +399,28 @@ class CudaBackend final : public Backend {
       open_matvec_.reset();  // its input is not x: nothing joins it
       return;
     }
+    // add (+ add_sigmoid_scaled) + rmsnorm of one row -> the products reading the norm: every block
+    // of their launch forms the norm itself and the last block writes x, y and xn (cuda::NormInput);
+    // later products of the same input join the launch as usual.
+    if (ResidualRun* r = open_residual(); one_token && fuse_norm_on_ && r && r->a.x && r->a.xn == x && r->a.rows == 1 &&
+                                          r->a.n == K && cuda::matvec_norm_fits(K) && y != r->a.x && y != r->a.y &&
+                                          y != r->a.shared && y != r->a.w) {
+      r->folded = true;
+      auto run = std::make_shared<MatvecRun>();
+      run->x = x, run->K = K, run->type = dt;
+      run->norm = cuda::NormInput{r->a, static_cast<unsigned*>(norm_counter_.ptr)};
+      run->jobs.n = 1, run->jobs.w[0] = wd, run->jobs.row_bytes[0] = rb, run->jobs.N[0] = N, run->jobs.y[0] = y;
+      launch("residual+rmsnorm+matmul", [run, this] {
+        cuda::matvec_multi(run->type, run->jobs, run->K, run->x, stream_, nullptr, nullptr, nullptr, &*run->norm);
+      });
+      open_matvec_ = run;
+      open_matvec_id_ = recorder_->last_op_id();
+      return;
+    }
     if (one_token && open_matvec_ && open_matvec_id_ == recorder_->last_op_id() && open_matvec_->x == x &&
-        open_matvec_->K == K && open_matvec_->type == dt && open_matvec_->jobs.n < cuda::kMaxMatvecJobs) {
+        open_matvec_->K == K && open_matvec_->type == dt && open_matvec_->jobs.n < cuda::kMaxMatvecJobs &&
+        !(open_matvec_->norm && (y == open_matvec_->norm->a.x || y == open_matvec_->norm->a.y ||
+                                 y == open_matvec_->norm->a.shared || y == open_matvec_->norm->a.xn))) {
       cuda::MatvecJobs& j = open_matvec_->jobs;
       j.w[j.n] = wd, j.row_bytes[j.n] = rb, j.N[j.n] = N, j.y[j.n] = y;
       ++j.n;
@@ -663,7 +690,7 @@ class CudaBackend final : public Backend {
     // WEFT_CUDA_FUSE_ROUTE=1: one decode row right after the router's product (and whatever shares
     // its launch) is routed by that launch's last block (cuda::RouteTail), no launch of its own.
     bool routed = false;
-    if (MatvecRun* m = open_matvec(); m && rows == 1 && fuse_route_on_ && !m->up && !m->tail &&
+    if (MatvecRun* m = open_matvec(); m && rows == 1 && fuse_route_on_ && !m->up && !m->tail && !m->norm &&
                                       cuda::route_tail_fits(n_experts, k)) {
       for (int j = 0; j < m->jobs.n; ++j)
         if (m->jobs.y[j] == logits && m->jobs.N[j] == n_experts) routed = true;
@@ -810,6 +837,7 @@ class CudaBackend final : public Backend {
   //   gdn_recurrence (one sequence) -> rmsnorm_gated of its output: cuda::gdn_recurrence_norm.
   struct ResidualRun {
     cuda::ResidualArgs a;
+    bool folded = false;  // computed by the product launch that reads its norm (cuda::NormInput)
     // rmsnorm(x, rows, n) can join: the same rows as the shared-expert add, or the add's n floats.
     bool fits(int64_t rows, int64_t n) const { return a.shared ? rows == a.rows && n == a.n : rows * n == a.rows * a.n; }
   };
@@ -925,6 +953,7 @@ class CudaBackend final : public Backend {
     const float* x = nullptr;
     const float* up = nullptr;  // set: the input is swiglu(x, up)
     const float* gate = nullptr;  // set: the input is x·σ(gate)
+    std::optional<cuda::NormInput> norm;  // set: x is the norm this launch forms (cuda::NormInput)
     int64_t K = 0;
     DType type = DType::kF32;
     cuda::MatvecJobs jobs;
@@ -947,6 +976,10 @@ class CudaBackend final : public Backend {
   bool fuse_on_ = true;  // WEFT_CUDA_FUSE=0: no fused launches (the before of docs/results.md §10)
   bool fuse_down_on_ = true;  // WEFT_CUDA_FUSE_MOE_DOWN=0: no DownRun (combine, shared down apart)
   bool fuse_gate_on_ = true;  // WEFT_CUDA_FUSE_GATE=0: mul_sigmoid in its own launch (no GateRun)
+  // WEFT_CUDA_FUSE_NORM=0: the residual add + norm in its own launch, not formed by the products
+  // that read the norm (cuda::NormInput).
+  bool fuse_norm_on_ = true;
+  DeviceArray norm_counter_;  // cuda::NormInput's block count (zero between launches)
   // WEFT_CUDA_FUSE_ROUTE=1: a one-row routing runs in the router launch's last block (RouteTail).
   // Off by default: measured slower than its own launch (231.5 vs 227.8 tok/s, docs/results.md §10).
   bool fuse_route_on_ = false;

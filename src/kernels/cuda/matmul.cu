@@ -233,7 +233,8 @@ struct MatvecBlocks {
 // up) staged once per block in shared memory (K <= kSwigluStageMax; every warp of the block then
 // reads it there: 8x fewer exp calls). The same values either way, so the same bits.
 // kGateStaged: x·σ(gate) (mul_sigmoid's formula, the attention output gate) staged the same way.
-enum SwigluMode : int { kPlain = 0, kSwigluDirect = 1, kSwigluStaged = 2, kGateStaged = 3 };
+// kNormStaged: the residual add + rmsnorm of NormInput staged (see matmul.cuh).
+enum SwigluMode : int { kPlain = 0, kSwigluDirect = 1, kSwigluStaged = 2, kGateStaged = 3, kNormStaged = 4 };
 constexpr int64_t kSwigluStageMax = 8192;
 SwigluMode swiglu_mode(bool swiglu, int64_t K) {
   return !swiglu ? kPlain : K <= kSwigluStageMax ? kSwigluStaged : kSwigluDirect;
@@ -266,6 +267,101 @@ __device__ __forceinline__ void stage_gate(float* xs, const float* x, const floa
   __syncthreads();
 }
 
+// The norm block size of rows.cu's norm_threads (the residual kernel's launch): the order of its
+// sum of squares. Must stay equal to it (a test compares the bits).
+__device__ __forceinline__ int norm_block(int64_t n) { return n >= 2048 ? 1024 : n >= 1024 ? 512 : 256; }
+constexpr int kNormStageThreads = kMatvecWarps * 32;
+
+// y[i] (+ σ(s)·shared[i]) of the residual kernel (same helpers, same bits).
+__device__ __forceinline__ float residual_y(const ResidualArgs& a, float g, int64_t i) {
+  const float yv = a.y[i];
+  return a.shared ? gated_add_dev(yv, g, a.shared[i]) : yv;
+}
+
+// All threads of the block (kNormStageThreads): xs[i] = rmsnorm(x + y)[i] for i < n with
+// residual_kernel<PRE, true>'s arithmetic: element i's x + y as there; the sum of squares as
+// inv_rms over B = norm_block(n) threads (virtual thread t sums elements t, t + B, ... in
+// increasing order; the warp butterflies of virtual warp t / 32 run on a real warp with the same
+// lanes: real thread r plays virtual threads r, r + 256, ...; then warp 0 sums the B / 32 warp
+// totals with block_sum's butterfly); then the scale. The global loads go kStageBatch per thread
+// at a time, all issued before the first use (a 2048-wide row: one round trip per pass). Ends
+// with a barrier.
+__device__ void stage_norm(float* xs, const ResidualArgs& a, int64_t n) {
+  constexpr int kBatch = 8;
+  __shared__ double vsums[32];
+  __shared__ float inv_s;
+  const int B = norm_block(n), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const float g = a.shared ? sigmoid_dev(a.s[0]) : 0.0f;
+  for (int64_t base = threadIdx.x; base < n; base += int64_t(kNormStageThreads) * kBatch) {
+    float xv[kBatch], yv[kBatch], sv[kBatch];
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      const int64_t i = base + int64_t(q) * kNormStageThreads;
+      if (i < n) {
+        xv[q] = a.x[i], yv[q] = a.y[i];
+        if (a.shared) sv[q] = a.shared[i];
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      const int64_t i = base + int64_t(q) * kNormStageThreads;
+      if (i < n) xs[i] = xv[q] + (a.shared ? gated_add_dev(yv[q], g, sv[q]) : yv[q]);
+    }
+  }
+  __syncthreads();
+  for (int v = 0; v < B / kNormStageThreads; ++v) {
+    const int t = v * kNormStageThreads + threadIdx.x;
+    double ss = 0;
+    for (int64_t i = t; i < n; i += B) ss += double(xs[i]) * double(xs[i]);
+    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    if (lane == 0) vsums[v * kMatvecWarps + warp] = ss;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    double total = lane < B / 32 ? vsums[lane] : 0.0;
+    for (int off = 16; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
+    if (lane == 0) inv_s = float(1.0 / sqrt(total / double(n) + double(a.eps)));
+  }
+  __syncthreads();
+  const float inv = inv_s;
+  for (int64_t base = threadIdx.x; base < n; base += int64_t(kNormStageThreads) * kBatch) {
+    float wv[kBatch];
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      const int64_t i = base + int64_t(q) * kNormStageThreads;
+      if (i < n) wv[q] = a.w[i];
+    }
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      const int64_t i = base + int64_t(q) * kNormStageThreads;
+      if (i < n) xs[i] = xs[i] * inv * (a.plus_one ? 1.0f + wv[q] : wv[q]);
+    }
+  }
+  __syncthreads();
+}
+
+// NormInput's writes, by the launch's last block to finish (every thread of every block calls this
+// once its reads of x, y and its outputs are done; the fence orders each block's reads before its
+// count). xs: the block's staged norm.
+__device__ void norm_writes_in_last_block(const NormInput& in, const float* xs, int64_t n) {
+  __shared__ bool last;
+  __syncthreads();
+  __threadfence();
+  if (threadIdx.x == 0) last = atomicAdd(in.counter, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const ResidualArgs& a = in.a;
+  const float g = a.shared ? sigmoid_dev(a.s[0]) : 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float yv = residual_y(a, g, i);
+    if (a.shared) a.y[i] = yv;
+    a.x[i] += yv;
+    a.xn[i] = xs[i];
+  }
+  if (threadIdx.x == 0) *in.counter = 0u;
+}
+
 // The weight lines of a warp's rows into L2 (lane l: lines l, l + 32, ...): issued before
 // pdl_begin's wait, they move while the previous kernel finishes (weights never change on the
 // stream, so reading them early is safe); the loads after the wait then find them in L2.
@@ -296,7 +392,7 @@ __device__ void route_in_last_block(const RouteTail& t, float* shared) {
 template <DType D, int SW, int R, bool TAIL = false, bool WIDE = false>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
     matvec_multi_kernel(MatvecJobs jobs, MatvecBlocks blocks, int64_t K, const float* x, const float* up,
-                        bool prefetch, RouteTail tail) {
+                        bool prefetch, RouteTail tail, NormInput norm) {
   static_assert(!TAIL || (SW == kPlain && kMatvecWarps * 32 == kTopkThreads), "the routing tail: plain input, one routing block");
   extern __shared__ float4 staged4[];
   int j = 0;
@@ -315,6 +411,9 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
   } else if constexpr (SW == kGateStaged) {  // `up` holds the gate
     stage_gate(reinterpret_cast<float*>(staged4), x, up, K);
     x = reinterpret_cast<const float*>(staged4);
+  } else if constexpr (SW == kNormStaged) {
+    stage_norm(reinterpret_cast<float*>(staged4), norm.a, K);
+    x = reinterpret_cast<const float*>(staged4);
   }
   if (n_rows > 0) {
     float v[R];
@@ -322,6 +421,7 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
     if (threadIdx.x % 32 == 0)
       for (int r = 0; r < n_rows; ++r) jobs.y[j][n0 + r] = v[r];
   }
+  if constexpr (SW == kNormStaged) norm_writes_in_last_block(norm, x, K);
   if constexpr (TAIL) route_in_last_block(tail, reinterpret_cast<float*>(staged4));
 }
 
@@ -650,11 +750,15 @@ bool route_tail_fits(int64_t n_experts, int64_t k) {
 }
 
 bool matvec_gate_fits(int64_t K) { return K > 0 && K <= kSwigluStageMax; }
+bool matvec_norm_fits(int64_t K) { return K > 0 && K <= kSwigluStageMax; }
 
 void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x, cudaStream_t stream,
-                  const float* up, const RouteTail* tail, const float* sigmoid_gate) {
+                  const float* up, const RouteTail* tail, const float* sigmoid_gate, const NormInput* norm) {
   if (sigmoid_gate && (up || tail || !matvec_gate_fits(K)))
     check(cudaErrorInvalidValue, "matvec_multi: a sigmoid gate only on a plain input of at most 8192 columns");
+  if (norm && (up || tail || sigmoid_gate || !matvec_norm_fits(K) || norm->a.rows != 1 || norm->a.n != K || !norm->a.x ||
+               !norm->a.xn || !norm->counter))
+    check(cudaErrorInvalidValue, "matvec_multi: a staged residual norm only on a plain one-row input of at most 8192 columns");
   MatvecBlocks blocks{};
   int64_t total_rows = 0;
   for (int j = 0; j < jobs.n; ++j) total_rows += jobs.N[j];
@@ -662,24 +766,27 @@ void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x
   for (int j = 0; j < jobs.n; ++j) blocks.begin[j + 1] = blocks.begin[j] + int(blocks_for(jobs.N[j], kMatvecWarps * R));
   if (jobs.n == 0 || blocks.begin[jobs.n] == 0) return;
   const unsigned grid = unsigned(blocks.begin[jobs.n]), threads = kMatvecWarps * 32;
-  const SwigluMode mode = sigmoid_gate ? kGateStaged : swiglu_mode(up != nullptr, K);
+  const SwigluMode mode = norm ? kNormStaged : sigmoid_gate ? kGateStaged : swiglu_mode(up != nullptr, K);
+  const NormInput nin = norm ? *norm : NormInput{};
   if (sigmoid_gate) up = sigmoid_gate;  // the kernel's second input
   if (tail && (up || !route_tail_fits(tail->E, tail->K))) check(cudaErrorInvalidValue, "matvec_multi: routing tail not supported here");
   const RouteTail t = tail ? *tail : RouteTail{};
-  const size_t smem = mode == kSwigluStaged || mode == kGateStaged ? size_t(K) * sizeof(float)
+  const size_t smem = mode == kSwigluStaged || mode == kGateStaged || mode == kNormStaged ? size_t(K) * sizeof(float)
                       : tail                                        ? size_t(3 * t.E) * sizeof(float)
                                                                     : 0;
   const bool pf = matvec_prefetch();
   const bool wide = R == 1 && K >= kWidePassK && matvec_wide();
   switch (dtype) {
 #define WEFT_MATVEC_R(D, RR)                                                                                          \
-  (mode == kGateStaged     ? (wide ? launch_pdl(matvec_multi_kernel<D, kGateStaged, 1, false, true>, grid, threads, smem, stream, jobs, blocks, K, x, up, pf, t) \
-                                   : launch_pdl(matvec_multi_kernel<D, kGateStaged, RR>, grid, threads, smem, stream, jobs, blocks, K, x, up, pf, t)) \
-   : mode == kSwigluStaged ? launch_pdl(matvec_multi_kernel<D, kSwigluStaged, RR>, grid, threads, smem, stream, jobs, blocks, K, x, up, pf, t) \
-   : mode == kSwigluDirect ? launch_pdl(matvec_multi_kernel<D, kSwigluDirect, RR>, grid, threads, 0, stream, jobs, blocks, K, x, up, pf, t) \
-   : tail                  ? launch_pdl(matvec_multi_kernel<D, kPlain, RR, true>, grid, threads, smem, stream, jobs, blocks, K, x, nullptr, pf, t) \
-   : wide                  ? launch_pdl(matvec_multi_kernel<D, kPlain, 1, false, true>, grid, threads, 0, stream, jobs, blocks, K, x, nullptr, pf, t) \
-                           : launch_pdl(matvec_multi_kernel<D, kPlain, RR>, grid, threads, 0, stream, jobs, blocks, K, x, nullptr, pf, t))
+  (mode == kNormStaged     ? (wide ? launch_pdl(matvec_multi_kernel<D, kNormStaged, 1, false, true>, grid, threads, smem, stream, jobs, blocks, K, x, nullptr, pf, t, nin) \
+                                   : launch_pdl(matvec_multi_kernel<D, kNormStaged, RR>, grid, threads, smem, stream, jobs, blocks, K, x, nullptr, pf, t, nin)) \
+   : mode == kGateStaged   ? (wide ? launch_pdl(matvec_multi_kernel<D, kGateStaged, 1, false, true>, grid, threads, smem, stream, jobs, blocks, K, x, up, pf, t, nin) \
+                                   : launch_pdl(matvec_multi_kernel<D, kGateStaged, RR>, grid, threads, smem, stream, jobs, blocks, K, x, up, pf, t, nin)) \
+   : mode == kSwigluStaged ? launch_pdl(matvec_multi_kernel<D, kSwigluStaged, RR>, grid, threads, smem, stream, jobs, blocks, K, x, up, pf, t, nin) \
+   : mode == kSwigluDirect ? launch_pdl(matvec_multi_kernel<D, kSwigluDirect, RR>, grid, threads, 0, stream, jobs, blocks, K, x, up, pf, t, nin) \
+   : tail                  ? launch_pdl(matvec_multi_kernel<D, kPlain, RR, true>, grid, threads, smem, stream, jobs, blocks, K, x, nullptr, pf, t, nin) \
+   : wide                  ? launch_pdl(matvec_multi_kernel<D, kPlain, 1, false, true>, grid, threads, 0, stream, jobs, blocks, K, x, nullptr, pf, t, nin) \
+                           : launch_pdl(matvec_multi_kernel<D, kPlain, RR>, grid, threads, 0, stream, jobs, blocks, K, x, nullptr, pf, t, nin))
 #define WEFT_MATVEC(D) (R == 2 ? WEFT_MATVEC_R(D, 2) : WEFT_MATVEC_R(D, 1))
     case DType::kF32: WEFT_MATVEC(DType::kF32); break;
     case DType::kF16: WEFT_MATVEC(DType::kF16); break;
