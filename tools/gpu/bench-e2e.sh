@@ -14,7 +14,8 @@
 #   WEFT_CUDA_FUSE_ROUTE=1 (off by default), WEFT_CUDA_MATVEC_ROWS=2, WEFT_CUDA_MATVEC_WIDE=0; the
 #   three defaults off with SWITCHES_NONE=1); BEFORE_SRC=dir: another source
 #   tree (e.g. main's) built into dir/build-before meanwhile and benched as the "before" arm;
-#   R4=1: the fourth round's arms: before (WEFT_CUDA_FUSE_GATE=0 WEFT_CUDA_DOWN_EARLY=0) and after
+#   R4=1: the fourth round's arms: before (WEFT_CUDA_FUSE_NORM=0 WEFT_CUDA_FUSE_GATE=0
+#   WEFT_CUDA_DOWN_EARLY=0) and after
 #   at GEN4K tokens x REPEATS4K, then the full geometry at 128K in memory (FULL128=1, f16 and q8_0
 #   KV, --tile-fill), then each switch alone while BUDGET_S seconds from the start are not spent)
 set -u
@@ -67,13 +68,14 @@ if [ "${R4:-0}" = 1 ]; then
   B4="bench --device cuda -m $MODEL --ctx 4096 --gen ${GEN4K:-128} -q --repeats ${REPEATS4K:-5}"
   WEFT_CUDA_GRAPH_STATS=1 lim 60 "$W" $B4 --arms f16,q8_0 --out "$OUT/bench_r4_after" > "$OUT/bench_r4_after.log" 2>&1
   show bench_r4_after; grep "weft cuda graphs" "$OUT/bench_r4_after.log" | sort | uniq -c
-  WEFT_CUDA_FUSE_GATE=0 WEFT_CUDA_DOWN_EARLY=0 lim 60 "$W" $B4 --arms f16 --out "$OUT/bench_r4_before" > "$OUT/bench_r4_before.log" 2>&1
+  WEFT_CUDA_FUSE_NORM=0 WEFT_CUDA_FUSE_GATE=0 WEFT_CUDA_DOWN_EARLY=0 lim 60 "$W" $B4 --arms f16 --out "$OUT/bench_r4_before" > "$OUT/bench_r4_before.log" 2>&1
   show bench_r4_before
   if [ "${FULL128:-1}" = 1 ]; then
     lim "${FULL128_S:-150}" "$W" bench --device cuda --synthetic qwen3.5-35b-a3b --ctx 131072 --tile-fill 4096 --ctx-max 140000 \
       --arms f16,q8_0 --repeats 6 --gen 256 -q --out "$OUT/bench_full128" > "$OUT/bench_full128.log" 2>&1
     show bench_full128; tail -4 "$OUT/bench_full128.log"
   fi
+  [ "$(left)" -gt 40 ] && { WEFT_CUDA_FUSE_NORM=0 lim 40 "$W" $B4 --arms f16 --out "$OUT/bench_r4_nonorm" > "$OUT/bench_r4_nonorm.log" 2>&1; show bench_r4_nonorm; }
   [ "$(left)" -gt 40 ] && { WEFT_CUDA_FUSE_GATE=0 lim 40 "$W" $B4 --arms f16 --out "$OUT/bench_r4_nogate" > "$OUT/bench_r4_nogate.log" 2>&1; show bench_r4_nogate; }
   [ "$(left)" -gt 40 ] && { WEFT_CUDA_DOWN_EARLY=0 lim 40 "$W" $B4 --arms f16 --out "$OUT/bench_r4_early0" > "$OUT/bench_r4_early0.log" 2>&1; show bench_r4_early0; }
   [ "$(left)" -gt 40 ] && { WEFT_CUDA_DOWN_EARLY=2 lim 40 "$W" $B4 --arms f16 --out "$OUT/bench_r4_early2" > "$OUT/bench_r4_early2.log" 2>&1; show bench_r4_early2; }
