@@ -468,7 +468,7 @@ TEST(CudaMatvec, SigmoidGateInTheProductEqualsMulSigmoidFirst) {
       std::memcpy(&b, &f, 4);
       v = uint16_t(b >> 16);
     }
-    std::vector<float> x(size_t(K)), g(size_t(K));
+    std::vector<float> x(static_cast<size_t>(K)), g(static_cast<size_t>(K));
     for (auto& v : x) v = nd(rng);
     for (auto& v : g) v = 4.0f * nd(rng);
     void *dw = nullptr, *dx = nullptr, *dg = nullptr, *dy = nullptr, *dy1 = nullptr;
@@ -524,7 +524,7 @@ TEST(CudaMatvec, ResidualNormInTheProductEqualsItsOwnLaunch) {
         std::memcpy(&b, &f, 4);
         v = uint16_t(b >> 16);
       }
-      std::vector<float> x(size_t(K)), y(size_t(K)), sh(size_t(K)), nw(size_t(K));
+      std::vector<float> x(static_cast<size_t>(K)), y(static_cast<size_t>(K)), sh(static_cast<size_t>(K)), nw(static_cast<size_t>(K));
       for (auto& v : x) v = 3.0f * nd(rng);
       for (auto& v : y) v = nd(rng);
       for (auto& v : sh) v = nd(rng);
