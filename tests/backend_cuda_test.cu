@@ -293,10 +293,10 @@ TEST_P(CudaBackendTest, AttentionGateInTheProductEqualsItsOwnLaunch) {
 }
 
 // The residual add + norm formed by the blocks of the products that read the norm (the layer's
-// first product launch; the last block writes x, y, xn) gives the bits of its own launch
-// (WEFT_CUDA_FUSE_NORM=0): decode steps (eager, captured, replayed) and a verify.
+// first product launch; the last block writes x, y, xn; WEFT_CUDA_FUSE_NORM=1, off by default)
+// gives the bits of its own launch: decode steps (eager, captured, replayed) and a verify.
 TEST_P(CudaBackendTest, ResidualNormInTheProductEqualsItsOwnLaunch) {
-  expect_same_bits_both_ways(*model_, "WEFT_CUDA_FUSE_NORM", "0", nullptr, 41, 101, 6, 1);
+  expect_same_bits_both_ways(*model_, "WEFT_CUDA_FUSE_NORM", "0", "1", 41, 101, 6, 1);
 }
 
 // down_combine reading the routing (1, the default) or the routing and its first weights (2)

@@ -186,7 +186,7 @@ class CudaBackend final : public Backend {
       else std::fprintf(stderr, "weft: WEFT_CUDA_DOWN_EARLY=%s ignored (0, 1 or 2)\n", e);
     }
     const char* fuse_norm = std::getenv("WEFT_CUDA_FUSE_NORM");
-    fuse_norm_on_ = fuse_on_ && !(fuse_norm && std::string(fuse_norm) == "0");
+    fuse_norm_on_ = fuse_on_ && fuse_norm && std::string(fuse_norm) == "1";
     const char* fuse_gate = std::getenv("WEFT_CUDA_FUSE_GATE");
     fuse_gate_on_ = fuse_on_ && !(fuse_gate && std::string(fuse_gate) == "0");
     cuda::set_pdl_enabled(cuda::pdl_enabled_by_env());  // WEFT_CUDA_PDL=0: plain launches
@@ -976,9 +976,12 @@ class CudaBackend final : public Backend {
   bool fuse_on_ = true;  // WEFT_CUDA_FUSE=0: no fused launches (the before of docs/results.md §10)
   bool fuse_down_on_ = true;  // WEFT_CUDA_FUSE_MOE_DOWN=0: no DownRun (combine, shared down apart)
   bool fuse_gate_on_ = true;  // WEFT_CUDA_FUSE_GATE=0: mul_sigmoid in its own launch (no GateRun)
-  // WEFT_CUDA_FUSE_NORM=0: the residual add + norm in its own launch, not formed by the products
-  // that read the norm (cuda::NormInput).
-  bool fuse_norm_on_ = true;
+  // WEFT_CUDA_FUSE_NORM=1: the residual add + norm formed by the products that read the norm
+  // (cuda::NormInput) instead of its own launch. Off by default: measured slower (218.5 vs 231.9
+  // tok/s at depth 4096 on the 40-layer geometry, docs/results.md §10): every block of the product
+  // forms the norm before its first weight load, on the critical path, while the norm's own launch
+  // is already overlapped by PDL.
+  bool fuse_norm_on_ = false;
   DeviceArray norm_counter_;  // cuda::NormInput's block count (zero between launches)
   // WEFT_CUDA_FUSE_ROUTE=1: a one-row routing runs in the router launch's last block (RouteTail).
   // Off by default: measured slower than its own launch (231.5 vs 227.8 tok/s, docs/results.md §10).
