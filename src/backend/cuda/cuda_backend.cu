@@ -825,9 +825,9 @@ class CudaBackend final : public Backend {
   // op sequence and its arguments, which the signature holds, so a graph replays the same fused
   // launches; and each fused kernel computes exactly the separate kernels' arithmetic (shared
   // device helpers, the same reduction orders), so fused and unfused launches give the same bits
-  // (WEFT_CUDA_FUSE=0 runs unfused; tests/backend_cuda_test.cu compares). A folded swiglu or
-  // moe_gather (or mul_sigmoid) does not write its output buffer: the product that follows reads its inputs
-  // instead, and forward() reads those buffers nowhere else.
+  // (WEFT_CUDA_FUSE=0 runs unfused; tests/backend_cuda_test.cu compares). A folded swiglu,
+  // moe_gather or mul_sigmoid does not write its output buffer: the product that follows reads its
+  // inputs instead, and forward() reads those buffers nowhere else.
   //   add_sigmoid_scaled (shared expert) -> add (residual) -> rmsnorm (next layer's norm): one
   //   ResidualRun, one cuda::residual_rmsnorm launch;
   //   swiglu -> one-token matmul or one-row grouped_matmul reading its output;

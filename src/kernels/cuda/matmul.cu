@@ -756,9 +756,10 @@ void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x
                   const float* up, const RouteTail* tail, const float* sigmoid_gate, const NormInput* norm) {
   if (sigmoid_gate && (up || tail || !matvec_gate_fits(K)))
     check(cudaErrorInvalidValue, "matvec_multi: a sigmoid gate only on a plain input of at most 8192 columns");
-  if (norm && (up || tail || sigmoid_gate || !matvec_norm_fits(K) || norm->a.rows != 1 || norm->a.n != K || !norm->a.x ||
-               !norm->a.xn || !norm->counter))
-    check(cudaErrorInvalidValue, "matvec_multi: a staged residual norm only on a plain one-row input of at most 8192 columns");
+  if (norm && (up || tail || sigmoid_gate || !matvec_norm_fits(K) || norm->a.rows != 1 || norm->a.n != K ||
+               !norm->a.x || !norm->a.xn || !norm->counter))
+    check(cudaErrorInvalidValue,
+          "matvec_multi: a staged residual norm only on a plain one-row input of at most 8192 columns");
   MatvecBlocks blocks{};
   int64_t total_rows = 0;
   for (int j = 0; j < jobs.n; ++j) total_rows += jobs.N[j];
