@@ -19,6 +19,7 @@
 #include "io/safetensors.h"
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/moe_route.cuh"
+#include "kernels/cuda/rows.cuh"
 #include "test_util.h"
 
 namespace weft {
@@ -284,6 +285,28 @@ TEST_P(CudaBackendTest, RoutingInTheRouterLaunchEqualsItsOwnLaunch) {
   expect_same_bits_both_ways(*model_, "WEFT_CUDA_FUSE_ROUTE", "0", "1", 35, 61, 6, 1);
 }
 
+// The attention output gate (mul_sigmoid) staged by the blocks of the o projection that reads it
+// gives the bits of its own launch (WEFT_CUDA_FUSE_GATE=0): decode steps and a verify (the
+// verify's products are batched, so the gate keeps its launch there).
+TEST_P(CudaBackendTest, AttentionGateInTheProductEqualsItsOwnLaunch) {
+  expect_same_bits_both_ways(*model_, "WEFT_CUDA_FUSE_GATE", "0", nullptr, 39, 71, 6, 1);
+}
+
+// The residual add + norm formed by the blocks of the products that read the norm (the layer's
+// first product launch; the last block writes x, y, xn; WEFT_CUDA_FUSE_NORM=1, off by default)
+// gives the bits of its own launch: decode steps (eager, captured, replayed) and a verify.
+TEST_P(CudaBackendTest, ResidualNormInTheProductEqualsItsOwnLaunch) {
+  expect_same_bits_both_ways(*model_, "WEFT_CUDA_FUSE_NORM", "0", "1", 41, 101, 6, 1);
+}
+
+// down_combine reading the routing (1, the default) or the routing and its first weights (2)
+// before its PDL wait gives the bits of reading everything after it (WEFT_CUDA_DOWN_EARLY=0): a
+// read of the routing before its writer completed would differ here (or in the PDL test above).
+TEST_P(CudaBackendTest, DownCombineEarlyReadsEqualReadsAfterTheWait) {
+  expect_same_bits_both_ways(*model_, "WEFT_CUDA_DOWN_EARLY", "0", nullptr, 43, 81, 6, 1);
+  expect_same_bits_both_ways(*model_, "WEFT_CUDA_DOWN_EARLY", "0", "2", 43, 91, 6, 1);
+}
+
 // Programmatic dependent launch (kernels scheduled while their predecessor finishes) changes when
 // kernels run, never what they compute: decode steps (eager, captured and replayed) and three
 // 4-row verifies give the bits of plain launches (WEFT_CUDA_PDL=0). A kernel that read its
@@ -427,6 +450,132 @@ TEST(CudaMatvec, OneTokenEqualsItsRowInABatch) {
     }
     cudaFree(dw), cudaFree(dx), cudaFree(dy), cudaFree(dy1);
   }
+}
+
+// A one-token product whose input is x·σ(gate) staged in the launch (matvec_multi's sigmoid_gate,
+// the attention output gate folded into the o projection) gives the bits of cuda::mul_sigmoid
+// followed by the plain product, and leaves x ungated: odd sizes, the wide-pass size (K 4096 at
+// one row per warp), two rows per warp (N 5000) and the largest staged K (8192).
+TEST(CudaMatvec, SigmoidGateInTheProductEqualsMulSigmoidFirst) {
+  if (Status s = check_device(Device::kCuda); !s.ok()) GTEST_SKIP() << "no GPU here: " << s.message();
+  std::mt19937 rng(29);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const auto& [N, K] : std::vector<std::pair<int64_t, int64_t>>{{2048, 4096}, {37, 4104}, {5000, 2056}, {9, 8192}, {3, 8}}) {
+    std::vector<uint16_t> w(size_t(N * K));
+    for (auto& v : w) {
+      const float f = nd(rng);
+      uint32_t b;
+      std::memcpy(&b, &f, 4);
+      v = uint16_t(b >> 16);
+    }
+    std::vector<float> x(static_cast<size_t>(K)), g(static_cast<size_t>(K));
+    for (auto& v : x) v = nd(rng);
+    for (auto& v : g) v = 4.0f * nd(rng);
+    void *dw = nullptr, *dx = nullptr, *dg = nullptr, *dy = nullptr, *dy1 = nullptr;
+    ASSERT_EQ(cudaMalloc(&dw, w.size() * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dx, x.size() * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dg, g.size() * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dy, size_t(N) * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dy1, size_t(N) * 4), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dw, w.data(), w.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dg, g.data(), g.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    const std::string what = "N " + std::to_string(N) + ", K " + std::to_string(K);
+    cuda::MatvecJobs jobs;
+    jobs.n = 1, jobs.w[0] = dw, jobs.row_bytes[0] = size_t(K) * 2, jobs.N[0] = N, jobs.y[0] = static_cast<float*>(dy1);
+    cuda::matvec_multi(DType::kBF16, jobs, K, static_cast<float*>(dx), nullptr, nullptr, nullptr, static_cast<float*>(dg));
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> fused = get(static_cast<float*>(dy1), N);
+    EXPECT_EQ(std::memcmp(get(static_cast<float*>(dx), K).data(), x.data(), x.size() * 4), 0) << what << ": x was written";
+    cuda::mul_sigmoid(static_cast<float*>(dx), static_cast<float*>(dg), K, nullptr);
+    jobs.y[0] = static_cast<float*>(dy);
+    cuda::matvec_multi(DType::kBF16, jobs, K, static_cast<float*>(dx), nullptr);
+    const std::vector<float> apart = get(static_cast<float*>(dy), N);
+    EXPECT_EQ(std::memcmp(fused.data(), apart.data(), size_t(N) * 4), 0) << what;
+    // Not a vacuous comparison: the gate changed the input (and so the result).
+    const std::vector<float> gated = get(static_cast<float*>(dx), K);
+    EXPECT_NE(std::memcmp(gated.data(), x.data(), x.size() * 4), 0) << what;
+    cudaFree(dw), cudaFree(dx), cudaFree(dg), cudaFree(dy), cudaFree(dy1);
+  }
+}
+
+// The residual add + rmsnorm formed by every block of the product launch that reads the norm
+// (matvec_multi's NormInput) gives the bits of cuda::residual_rmsnorm and then the plain product:
+// the product's output, and x, y and xn as written by the launch's last block; with and without
+// the shared expert's gated add, plus-one weights or not, at widths of each norm block size (1024,
+// 512, 256 threads), odd tails, the widest staged row and a tiny one; one and three products per
+// launch; and twice in a row (the block counter resets).
+TEST(CudaMatvec, ResidualNormInTheProductEqualsItsOwnLaunch) {
+  if (Status s = check_device(Device::kCuda); !s.ok()) GTEST_SKIP() << "no GPU here: " << s.message();
+  std::mt19937 rng(37);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  unsigned* counter = nullptr;
+  ASSERT_EQ(cudaMalloc(&counter, sizeof(unsigned)), cudaSuccess);
+  ASSERT_EQ(cudaMemset(counter, 0, sizeof(unsigned)), cudaSuccess);
+  int c = 0;
+  for (const auto& [N, K] : std::vector<std::pair<int64_t, int64_t>>{{2048, 2048}, {37, 2056}, {1089, 1024}, {300, 1000}, {9, 8192}, {5, 40}}) {
+    for (const bool pre : {false, true}) {
+      const bool plus_one = ++c % 2 == 0;
+      const int n_jobs = c % 3 == 0 ? 3 : 1;
+      std::vector<uint16_t> w(size_t(N * K));
+      for (auto& v : w) {
+        const float f = nd(rng);
+        uint32_t b;
+        std::memcpy(&b, &f, 4);
+        v = uint16_t(b >> 16);
+      }
+      std::vector<float> x(static_cast<size_t>(K)), y(static_cast<size_t>(K)), sh(static_cast<size_t>(K)), nw(static_cast<size_t>(K));
+      for (auto& v : x) v = 3.0f * nd(rng);
+      for (auto& v : y) v = nd(rng);
+      for (auto& v : sh) v = nd(rng);
+      for (auto& v : nw) v = 0.5f * nd(rng);
+      const float s_host = nd(rng);
+      float *dw = nullptr, *dbuf = nullptr, *dout = nullptr;
+      ASSERT_EQ(cudaMalloc(&dw, w.size() * 2), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&dbuf, size_t(2 * (4 * K + 1)) * 4), cudaSuccess);  // two sets: x, y, sh, w, s
+      ASSERT_EQ(cudaMalloc(&dout, size_t(2 * (K + 3 * N)) * 4), cudaSuccess);  // two sets: xn, 3 outputs
+      ASSERT_EQ(cudaMemcpy(dw, w.data(), w.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+      float* sets[2][5];
+      for (int k = 0; k < 2; ++k) {
+        float* b = dbuf + k * (4 * K + 1);
+        sets[k][0] = b, sets[k][1] = b + K, sets[k][2] = b + 2 * K, sets[k][3] = b + 3 * K, sets[k][4] = b + 4 * K;
+        ASSERT_EQ(cudaMemcpy(sets[k][0], x.data(), size_t(K) * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(sets[k][1], y.data(), size_t(K) * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(sets[k][2], sh.data(), size_t(K) * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(sets[k][3], nw.data(), size_t(K) * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(sets[k][4], &s_host, 4, cudaMemcpyHostToDevice), cudaSuccess);
+      }
+      auto args = [&](int k) {
+        cuda::ResidualArgs a;
+        a.x = sets[k][0], a.y = sets[k][1], a.shared = pre ? sets[k][2] : nullptr, a.s = pre ? sets[k][4] : nullptr;
+        a.w = sets[k][3], a.xn = dout + k * (K + 3 * N), a.rows = 1, a.n = K, a.eps = 1e-6f, a.plus_one = plus_one;
+        return a;
+      };
+      auto jobs_for = [&](int k) {
+        cuda::MatvecJobs jobs;
+        jobs.n = n_jobs;
+        for (int j = 0; j < n_jobs; ++j)
+          jobs.w[j] = dw, jobs.row_bytes[j] = size_t(K) * 2, jobs.N[j] = N, jobs.y[j] = dout + k * (K + 3 * N) + K + j * N;
+        return jobs;
+      };
+      // Set 0: the residual kernel, then the product of its xn. Set 1: one launch.
+      cuda::residual_rmsnorm(args(0), nullptr);
+      cuda::matvec_multi(DType::kBF16, jobs_for(0), K, args(0).xn, nullptr);
+      const cuda::NormInput in{args(1), counter};
+      cuda::matvec_multi(DType::kBF16, jobs_for(1), K, args(1).xn, nullptr, nullptr, nullptr, nullptr, &in);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::string what = "N " + std::to_string(N) + ", K " + std::to_string(K) + (pre ? ", shared" : "") +
+                               (plus_one ? ", plus one" : "") + ", jobs " + std::to_string(n_jobs);
+      const std::vector<float> a0 = get(dbuf, 4 * K + 1), a1 = get(dbuf + 4 * K + 1, 4 * K + 1);
+      const std::vector<float> o0 = get(dout, K + 3 * N), o1 = get(dout + K + 3 * N, K + 3 * N);
+      EXPECT_EQ(std::memcmp(a0.data(), a1.data(), size_t(2 * K) * 4), 0) << what << ": x, y";
+      EXPECT_EQ(std::memcmp(o0.data(), o1.data(), size_t(K + n_jobs * N) * 4), 0) << what << ": xn, products";
+      EXPECT_NE(std::memcmp(a0.data(), x.data(), size_t(K) * 4), 0) << what << ": x was not updated";
+      EXPECT_EQ(get(counter, 1)[0], 0u) << what << ": the block counter was not reset";
+      cudaFree(dw), cudaFree(dbuf), cudaFree(dout);
+    }
+  }
+  cudaFree(counter);
 }
 
 // Runs everywhere: without a GPU (or without CUDA in the build) `--device cuda` is a clear error.

@@ -13,7 +13,15 @@
 #   arms; SWITCHES=1: one arm per switch of the third round (WEFT_CUDA_FUSE_MOE_DOWN=0,
 #   WEFT_CUDA_FUSE_ROUTE=1 (off by default), WEFT_CUDA_MATVEC_ROWS=2, WEFT_CUDA_MATVEC_WIDE=0; the
 #   three defaults off with SWITCHES_NONE=1); BEFORE_SRC=dir: another source
-#   tree (e.g. main's) built into dir/build-before meanwhile and benched as the "before" arm)
+#   tree (e.g. main's) built into dir/build-before meanwhile and benched as the "before" arm;
+#   R4=1: the fourth round's arms, each switch set explicitly (as in its call, when
+#   WEFT_CUDA_FUSE_NORM was still on by default): bench_r4_after: all three on (WEFT_CUDA_FUSE_NORM=1,
+#   the attention gate fold and down_combine's early routing by default), bench_r4_before: all off
+#   (WEFT_CUDA_FUSE_NORM=0 WEFT_CUDA_FUSE_GATE=0 WEFT_CUDA_DOWN_EARLY=0), at GEN4K tokens x
+#   REPEATS4K; then the full geometry at 128K in memory with the current defaults (FULL128=1, f16 and
+#   q8_0 KV, --tile-fill); then, while BUDGET_S seconds from the start are not spent, bench_r4_nonorm
+#   (WEFT_CUDA_FUSE_NORM=0: today's defaults), bench_r4_nogate (norm on, gate off), down_combine's
+#   early reads 0 and 2, and the per-op profile)
 set -u
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -23,6 +31,8 @@ OUT=$(mktemp -d)  # logs; tarred into $FINAL/e2e.tar.gz at the end (the machine 
 MODEL=${MODEL:-/tmp/q35e64}
 if [ -d "$ROOT/.devdeps" ]; then DEPS=${WEFT_DEPS_DIR:-$ROOT/.devdeps}; else DEPS=${WEFT_DEPS_DIR:-$ROOT/../.devdeps}; fi
 W=$BUILD/weft
+T0=$(date +%s)
+left() { echo $(( ${BUDGET_S:-100000} - ($(date +%s) - T0) )); }  # seconds of the call's budget left
 lim() { local s=$1; shift; local t0=$(date +%s); timeout "$s" "$@"; local rc=$?; echo "[exit $rc after $(($(date +%s) - t0)) s: $*]"; }
 
 lim 120 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_DEPS_DIR="$DEPS" > "$OUT/configure.log" 2>&1
@@ -54,6 +64,32 @@ wait
 tail -2 "$OUT/synth.log" 2>/dev/null
 
 B="bench --device cuda -m $MODEL --ctx 4096 --gen 32 -q"
+if [ "${R4:-0}" = 1 ]; then
+  # Round 4: before/after in one call, same process setup, longer windows (the 4K arms are cheap
+  # next to model load and prefill). Each report is printed as soon as its arm ends (a call cut
+  # short still returns what ran).
+  show() { [ -f "$OUT/$1/report.md" ] && { echo "### $1 [$(($(date +%s) - T0)) s]"; grep -E "decode|tok/s|^\|" "$OUT/$1/report.md" | head -20; }; }
+  B4="bench --device cuda -m $MODEL --ctx 4096 --gen ${GEN4K:-128} -q --repeats ${REPEATS4K:-5}"
+  WEFT_CUDA_FUSE_NORM=1 WEFT_CUDA_GRAPH_STATS=1 lim 60 "$W" $B4 --arms f16,q8_0 --out "$OUT/bench_r4_after" > "$OUT/bench_r4_after.log" 2>&1
+  show bench_r4_after; grep "weft cuda graphs" "$OUT/bench_r4_after.log" | sort | uniq -c
+  WEFT_CUDA_FUSE_NORM=0 WEFT_CUDA_FUSE_GATE=0 WEFT_CUDA_DOWN_EARLY=0 lim 60 "$W" $B4 --arms f16 --out "$OUT/bench_r4_before" > "$OUT/bench_r4_before.log" 2>&1
+  show bench_r4_before
+  if [ "${FULL128:-1}" = 1 ]; then
+    lim "${FULL128_S:-150}" "$W" bench --device cuda --synthetic qwen3.5-35b-a3b --ctx 131072 --tile-fill 4096 --ctx-max 140000 \
+      --arms f16,q8_0 --repeats 6 --gen 256 -q --out "$OUT/bench_full128" > "$OUT/bench_full128.log" 2>&1
+    show bench_full128; tail -4 "$OUT/bench_full128.log"
+  fi
+  [ "$(left)" -gt 40 ] && { WEFT_CUDA_FUSE_NORM=0 lim 40 "$W" $B4 --arms f16 --out "$OUT/bench_r4_nonorm" > "$OUT/bench_r4_nonorm.log" 2>&1; show bench_r4_nonorm; }
+  [ "$(left)" -gt 40 ] && { WEFT_CUDA_FUSE_NORM=1 WEFT_CUDA_FUSE_GATE=0 lim 40 "$W" $B4 --arms f16 --out "$OUT/bench_r4_nogate" > "$OUT/bench_r4_nogate.log" 2>&1; show bench_r4_nogate; }
+  [ "$(left)" -gt 40 ] && { WEFT_CUDA_DOWN_EARLY=0 lim 40 "$W" $B4 --arms f16 --out "$OUT/bench_r4_early0" > "$OUT/bench_r4_early0.log" 2>&1; show bench_r4_early0; }
+  [ "$(left)" -gt 40 ] && { WEFT_CUDA_DOWN_EARLY=2 lim 40 "$W" $B4 --arms f16 --out "$OUT/bench_r4_early2" > "$OUT/bench_r4_early2.log" 2>&1; show bench_r4_early2; }
+  [ "$(left)" -gt 30 ] && WEFT_CUDA_FUSE_NORM=1 WEFT_CUDA_PROFILE=1 lim 30 "$W" bench --device cuda -m "$MODEL" --ctx 4096 --gen 16 -q --arms f16 --repeats 1 \
+    > "$OUT/profile.log" 2>&1
+  [ -f "$OUT/profile.log" ] && { echo "### profile"; grep -A45 "weft cuda profile" "$OUT/profile.log" | head -34; }
+  echo "[call: $(($(date +%s) - T0)) s]"
+  mkdir -p "$FINAL" && tar -czf "$FINAL/e2e.tar.gz" -C "$OUT" . && rm -rf "$OUT"
+  exit 0
+fi
 WEFT_CUDA_GRAPH_STATS=1 lim 150 "$W" $B --arms f16,q8_0 --repeats 3 --energy --out "$OUT/bench_4k" > "$OUT/bench_4k.log" 2>&1
 [ "${UNFUSED:-1}" = 1 ] && WEFT_CUDA_FUSE=0 lim 100 "$W" $B --arms f16 --repeats 3 --energy --out "$OUT/bench_4k_unfused" \
   > "$OUT/bench_4k_unfused.log" 2>&1

@@ -180,6 +180,15 @@ class CudaBackend final : public Backend {
     fuse_down_on_ = fuse_on_ && !(fuse_down && std::string(fuse_down) == "0");
     const char* fuse_route = std::getenv("WEFT_CUDA_FUSE_ROUTE");
     fuse_route_on_ = fuse_on_ && fuse_route && std::string(fuse_route) == "1";
+    if (const char* e = std::getenv("WEFT_CUDA_DOWN_EARLY"); e && *e) {
+      const std::string v(e);
+      if (v == "0" || v == "1" || v == "2") down_early_ = v[0] - '0';
+      else std::fprintf(stderr, "weft: WEFT_CUDA_DOWN_EARLY=%s ignored (0, 1 or 2)\n", e);
+    }
+    const char* fuse_norm = std::getenv("WEFT_CUDA_FUSE_NORM");
+    fuse_norm_on_ = fuse_on_ && fuse_norm && std::string(fuse_norm) == "1";
+    const char* fuse_gate = std::getenv("WEFT_CUDA_FUSE_GATE");
+    fuse_gate_on_ = fuse_on_ && !(fuse_gate && std::string(fuse_gate) == "0");
     cuda::set_pdl_enabled(cuda::pdl_enabled_by_env());  // WEFT_CUDA_PDL=0: plain launches
     WEFT_CUDA_CHECK(cudaSetDevice(0));
     WEFT_CUDA_CHECK(cudaStreamCreate(&stream_));
@@ -187,6 +196,7 @@ class CudaBackend final : public Backend {
     WEFT_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&touched_dev_), sizeof(long long)));
     WEFT_CUDA_CHECK(cudaMemset(touched_dev_, 0, sizeof(long long)));
     WEFT_CUDA_CHECK(cudaMemset(route_counter_.reserve(sizeof(unsigned)), 0, sizeof(unsigned)));
+    WEFT_CUDA_CHECK(cudaMemset(norm_counter_.reserve(sizeof(unsigned)), 0, sizeof(unsigned)));
     WEFT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&touched_host_), sizeof(long long)));
     cudaDeviceProp prop{};
     WEFT_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -295,7 +305,9 @@ class CudaBackend final : public Backend {
     }
     auto run = std::make_shared<ResidualRun>();
     run->a.x = x, run->a.y = const_cast<float*>(y), run->a.rows = 1, run->a.n = n;
-    launch(op, [run, this] { run_residual(*run); });
+    launch(op, [run, this] {
+      if (!run->folded) run_residual(*run);
+    });
     open_fusable(run);
   }
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override {
@@ -318,14 +330,23 @@ class CudaBackend final : public Backend {
   void mul_sigmoid(float* x, const float* gate, int64_t n) override {
     const char* const op = "mul_sigmoid";
     recorder_->sig() << __LINE__ << x << gate << n;
-    launch(op, [=, this] { cuda::mul_sigmoid(x, gate, n, stream_); });
+    // Folded into the one-token product that reads x when that comes next (see GateRun).
+    auto run = std::make_shared<GateRun>();
+    run->x = x, run->gate = gate, run->n = n;
+    launch(op, [run, this] {
+      if (!run->folded) cuda::mul_sigmoid(run->x, run->gate, run->n, stream_);
+    });
+    if (fuse_gate_on_) open_fusable(run);
+    else open_fusable(std::shared_ptr<GateRun>());
   }
   void add_sigmoid_scaled(float* y, const float* x, const float* s, int64_t rows, int64_t width) override {
     const char* const op = "add_sigmoid_scaled";
     recorder_->sig() << __LINE__ << y << x << s << rows << width;
     auto run = std::make_shared<ResidualRun>();
     run->a.y = y, run->a.shared = x, run->a.s = s, run->a.rows = rows, run->a.n = width;
-    launch(op, [run, this] { run_residual(*run); });
+    launch(op, [run, this] {
+      if (!run->folded) run_residual(*run);
+    });
     open_fusable(run);
   }
 
@@ -364,8 +385,42 @@ class CudaBackend final : public Backend {
       open_matvec_.reset();  // its input is not x: nothing joins it
       return;
     }
+    // x·σ(gate) -> this product (the attention output gate, then the o projection): the product
+    // stages x·σ(gate) in each block instead; x itself is left ungated (forward() reads it nowhere else).
+    if (GateRun* g = open_gate(); one_token && g && g->x == x && g->n == K && y != g->gate &&
+                                  cuda::matvec_gate_fits(K) && cuda::matmul_vec_ok(wd, rb, K, g->gate, K)) {
+      g->folded = true;
+      auto run = std::make_shared<MatvecRun>();
+      run->x = x, run->gate = g->gate, run->K = K, run->type = dt;
+      run->jobs.n = 1, run->jobs.w[0] = wd, run->jobs.row_bytes[0] = rb, run->jobs.N[0] = N, run->jobs.y[0] = y;
+      launch("mul_sigmoid+matmul", [run, this] {
+        cuda::matvec_multi(run->type, run->jobs, run->K, run->x, stream_, nullptr, nullptr, run->gate);
+      });
+      open_matvec_.reset();  // its input is not x: nothing joins it
+      return;
+    }
+    // add (+ add_sigmoid_scaled) + rmsnorm of one row -> the products reading the norm: every block
+    // of their launch forms the norm itself and the last block writes x, y and xn (cuda::NormInput);
+    // later products of the same input join the launch as usual.
+    if (ResidualRun* r = open_residual(); one_token && fuse_norm_on_ && r && r->a.x && r->a.xn == x && r->a.rows == 1 &&
+                                          r->a.n == K && cuda::matvec_norm_fits(K) && y != r->a.x && y != r->a.y &&
+                                          y != r->a.shared && y != r->a.w) {
+      r->folded = true;
+      auto run = std::make_shared<MatvecRun>();
+      run->x = x, run->K = K, run->type = dt;
+      run->norm = cuda::NormInput{r->a, static_cast<unsigned*>(norm_counter_.ptr)};
+      run->jobs.n = 1, run->jobs.w[0] = wd, run->jobs.row_bytes[0] = rb, run->jobs.N[0] = N, run->jobs.y[0] = y;
+      launch("residual+rmsnorm+matmul", [run, this] {
+        cuda::matvec_multi(run->type, run->jobs, run->K, run->x, stream_, nullptr, nullptr, nullptr, &*run->norm);
+      });
+      open_matvec_ = run;
+      open_matvec_id_ = recorder_->last_op_id();
+      return;
+    }
     if (one_token && open_matvec_ && open_matvec_id_ == recorder_->last_op_id() && open_matvec_->x == x &&
-        open_matvec_->K == K && open_matvec_->type == dt && open_matvec_->jobs.n < cuda::kMaxMatvecJobs) {
+        open_matvec_->K == K && open_matvec_->type == dt && open_matvec_->jobs.n < cuda::kMaxMatvecJobs &&
+        !(open_matvec_->norm && (y == open_matvec_->norm->a.x || y == open_matvec_->norm->a.y ||
+                                 y == open_matvec_->norm->a.shared || y == open_matvec_->norm->a.xn))) {
       cuda::MatvecJobs& j = open_matvec_->jobs;
       j.w[j.n] = wd, j.row_bytes[j.n] = rb, j.N[j.n] = N, j.y[j.n] = y;
       ++j.n;
@@ -454,6 +509,10 @@ class CudaBackend final : public Backend {
       if (swiglu && n == 1 && types.size() == 1 && fuse_down_on_) {
         auto run = std::make_shared<DownRun>();
         run->type = type, run->job = dj[0], run->begin = begin, run->tile_expert = tile_expert, run->n_tiles = n_tiles;
+        // The routing may be read before the PDL wait only when the launch right before this one
+        // (the folded swiglu's writer) is an expert launch over the same routing (see
+        // cuda::DownCombine::early): its blocks pass their wait on the routing's writer first.
+        run->early = open_id_ == routed_id_ + 1 && routed_begin_ == begin ? down_early_ : 0;
         launch(op, [=, this] {
           if (!run->combine) {
             timing_name_ = "swiglu+grouped_matmul";
@@ -470,6 +529,7 @@ class CudaBackend final : public Backend {
         cuda::expert_matmul(type, djobs, n, max_n, begin, tile_expert, tile_t0, n_tiles, max_tiles, vec, one_row,
                             swiglu_k, stream_);
       });
+      if (types.size() == 1) routed_id_ = recorder_->last_op_id(), routed_begin_ = begin;
     }
   }
 
@@ -630,7 +690,7 @@ class CudaBackend final : public Backend {
     // WEFT_CUDA_FUSE_ROUTE=1: one decode row right after the router's product (and whatever shares
     // its launch) is routed by that launch's last block (cuda::RouteTail), no launch of its own.
     bool routed = false;
-    if (MatvecRun* m = open_matvec(); m && rows == 1 && fuse_route_on_ && !m->up && !m->tail &&
+    if (MatvecRun* m = open_matvec(); m && rows == 1 && fuse_route_on_ && !m->up && !m->tail && !m->norm &&
                                       cuda::route_tail_fits(n_experts, k)) {
       for (int j = 0; j < m->jobs.n; ++j)
         if (m->jobs.y[j] == logits && m->jobs.N[j] == n_experts) routed = true;
@@ -765,23 +825,31 @@ class CudaBackend final : public Backend {
   // op sequence and its arguments, which the signature holds, so a graph replays the same fused
   // launches; and each fused kernel computes exactly the separate kernels' arithmetic (shared
   // device helpers, the same reduction orders), so fused and unfused launches give the same bits
-  // (WEFT_CUDA_FUSE=0 runs unfused; tests/backend_cuda_test.cu compares). A folded swiglu or
-  // moe_gather does not write its output buffer: the product that follows reads its inputs
-  // instead, and forward() reads those buffers nowhere else.
+  // (WEFT_CUDA_FUSE=0 runs unfused; tests/backend_cuda_test.cu compares). A folded swiglu,
+  // moe_gather or mul_sigmoid does not write its output buffer: the product that follows reads its
+  // inputs instead, and forward() reads those buffers nowhere else.
   //   add_sigmoid_scaled (shared expert) -> add (residual) -> rmsnorm (next layer's norm): one
   //   ResidualRun, one cuda::residual_rmsnorm launch;
   //   swiglu -> one-token matmul or one-row grouped_matmul reading its output;
+  //   mul_sigmoid (attention output gate) -> one-token matmul reading its x (the o projection);
   //   moe_gather -> one-row grouped_matmul reading its output;
   //   causal_conv -> gdn_prep of the same rows (one sequence): cuda::causal_conv_prep;
   //   gdn_recurrence (one sequence) -> rmsnorm_gated of its output: cuda::gdn_recurrence_norm.
   struct ResidualRun {
     cuda::ResidualArgs a;
+    bool folded = false;  // computed by the product launch that reads its norm (cuda::NormInput)
     // rmsnorm(x, rows, n) can join: the same rows as the shared-expert add, or the add's n floats.
     bool fits(int64_t rows, int64_t n) const { return a.shared ? rows == a.rows && n == a.n : rows * n == a.rows * a.n; }
   };
   struct SwigluRun {
     const float *gate = nullptr, *up = nullptr;
     float* out = nullptr;
+    int64_t n = 0;
+    bool folded = false;
+  };
+  struct GateRun {  // mul_sigmoid: x *= σ(gate)
+    float* x = nullptr;
+    const float* gate = nullptr;
     int64_t n = 0;
     bool folded = false;
   };
@@ -823,6 +891,7 @@ class CudaBackend final : public Backend {
     size_t s_row_bytes = 0;
     int64_t s_K = 0;
     float* s_y = nullptr;
+    int early = 0;  // cuda::DownCombine::early
   };
   void run_down_combine(const DownRun& d) {
     cuda::DownCombine a;
@@ -835,12 +904,14 @@ class CudaBackend final : public Backend {
     } else {
       timing_name_ = "swiglu+grouped_matmul+moe_combine";
     }
+    a.early = d.early;
     cuda::down_combine(d.type, a, stream_);
     if (d.sw_held && !d.s_w) cuda::swiglu(d.sw_gate, d.sw_up, d.sw_out, d.sw_n, stream_);
   }
   std::shared_ptr<DownRun> open_down_;
   std::shared_ptr<ResidualRun> open_residual_;
   std::shared_ptr<SwigluRun> open_swiglu_;
+  std::shared_ptr<GateRun> open_gate_;
   std::shared_ptr<GatherRun> open_gather_;
   std::shared_ptr<ConvRun> open_conv_;
   std::shared_ptr<GdnRun> open_gdn_;
@@ -848,9 +919,10 @@ class CudaBackend final : public Backend {
   template <typename Run>
   void open_fusable(const std::shared_ptr<Run>& run) {
     open_residual_.reset(), open_swiglu_.reset(), open_gather_.reset(), open_conv_.reset(), open_gdn_.reset();
-    open_down_.reset();
+    open_down_.reset(), open_gate_.reset();
     if constexpr (std::is_same_v<Run, ResidualRun>) open_residual_ = run;
     else if constexpr (std::is_same_v<Run, SwigluRun>) open_swiglu_ = run;
+    else if constexpr (std::is_same_v<Run, GateRun>) open_gate_ = run;
     else if constexpr (std::is_same_v<Run, ConvRun>) open_conv_ = run;
     else if constexpr (std::is_same_v<Run, GdnRun>) open_gdn_ = run;
     else if constexpr (std::is_same_v<Run, DownRun>) open_down_ = run;
@@ -863,6 +935,7 @@ class CudaBackend final : public Backend {
   }
   ResidualRun* open_residual() const { return open_run(open_residual_); }
   SwigluRun* open_swiglu() const { return open_run(open_swiglu_); }
+  GateRun* open_gate() const { return open_run(open_gate_); }
   GatherRun* open_gather() const { return open_run(open_gather_); }
   ConvRun* open_conv() const { return open_run(open_conv_); }
   GdnRun* open_gdn() const { return open_run(open_gdn_); }
@@ -879,6 +952,8 @@ class CudaBackend final : public Backend {
   struct MatvecRun {
     const float* x = nullptr;
     const float* up = nullptr;  // set: the input is swiglu(x, up)
+    const float* gate = nullptr;  // set: the input is x·σ(gate)
+    std::optional<cuda::NormInput> norm;  // set: x is the norm this launch forms (cuda::NormInput)
     int64_t K = 0;
     DType type = DType::kF32;
     cuda::MatvecJobs jobs;
@@ -900,9 +975,22 @@ class CudaBackend final : public Backend {
   bool graphs_on_ = true;
   bool fuse_on_ = true;  // WEFT_CUDA_FUSE=0: no fused launches (the before of docs/results.md §10)
   bool fuse_down_on_ = true;  // WEFT_CUDA_FUSE_MOE_DOWN=0: no DownRun (combine, shared down apart)
+  bool fuse_gate_on_ = true;  // WEFT_CUDA_FUSE_GATE=0: mul_sigmoid in its own launch (no GateRun)
+  // WEFT_CUDA_FUSE_NORM=1: the residual add + norm formed by the products that read the norm
+  // (cuda::NormInput) instead of its own launch. Off by default: measured slower (218.5 vs 231.9
+  // tok/s at depth 4096 on the 40-layer geometry, docs/results.md §10): every block of the product
+  // forms the norm before its first weight load, on the critical path, while the norm's own launch
+  // is already overlapped by PDL.
+  bool fuse_norm_on_ = false;
+  DeviceArray norm_counter_;  // cuda::NormInput's block count (zero between launches)
   // WEFT_CUDA_FUSE_ROUTE=1: a one-row routing runs in the router launch's last block (RouteTail).
   // Off by default: measured slower than its own launch (231.5 vs 227.8 tok/s, docs/results.md §10).
   bool fuse_route_on_ = false;
+  // WEFT_CUDA_DOWN_EARLY=0|1|2: what down_combine reads before its PDL wait (cuda::DownCombine::
+  // early; default 1, the routing). Same bits in every setting.
+  int down_early_ = 1;
+  uint64_t routed_id_ = 0;  // op id of the last one-type expert launch, and its routing
+  const int32_t* routed_begin_ = nullptr;
   DeviceArray route_counter_;  // cuda::RouteTail's block count (zero between launches)
   std::string name_;
   cudaStream_t stream_ = nullptr;

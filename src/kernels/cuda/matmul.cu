@@ -232,7 +232,9 @@ struct MatvecBlocks {
 // How a product's input is formed: read as is, swiglu(x, up) per warp while loading, or swiglu(x,
 // up) staged once per block in shared memory (K <= kSwigluStageMax; every warp of the block then
 // reads it there: 8x fewer exp calls). The same values either way, so the same bits.
-enum SwigluMode : int { kPlain = 0, kSwigluDirect = 1, kSwigluStaged = 2 };
+// kGateStaged: x·σ(gate) (mul_sigmoid's formula, the attention output gate) staged the same way.
+// kNormStaged: the residual add + rmsnorm of NormInput staged (see matmul.cuh).
+enum SwigluMode : int { kPlain = 0, kSwigluDirect = 1, kSwigluStaged = 2, kGateStaged = 3, kNormStaged = 4 };
 constexpr int64_t kSwigluStageMax = 8192;
 SwigluMode swiglu_mode(bool swiglu, int64_t K) {
   return !swiglu ? kPlain : K <= kSwigluStageMax ? kSwigluStaged : kSwigluDirect;
@@ -242,6 +244,122 @@ SwigluMode swiglu_mode(bool swiglu, int64_t K) {
 __device__ __forceinline__ void stage_swiglu(float* xs, const float* x, const float* up, int64_t K) {
   for (int64_t i = threadIdx.x; i < K; i += blockDim.x) xs[i] = swiglu_dev(x[i], up[i]);
   __syncthreads();
+}
+
+// All threads of the block: xs[i] = x[i]·σ(gate[i]) for i < K (mul_sigmoid's expression, so its
+// bits), then a barrier. kStageBatch elements per thread with every load issued before the first
+// product: two memory round trips for a 4096-wide row instead of one per element.
+__device__ __forceinline__ void stage_gate(float* xs, const float* x, const float* gate, int64_t K) {
+  constexpr int kBatch = 8;
+  for (int64_t base = threadIdx.x; base < K; base += int64_t(blockDim.x) * kBatch) {
+    float xv[kBatch], gv[kBatch];
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      const int64_t i = base + int64_t(q) * blockDim.x;
+      if (i < K) xv[q] = x[i], gv[q] = gate[i];
+    }
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      const int64_t i = base + int64_t(q) * blockDim.x;
+      if (i < K) xs[i] = xv[q] * sigmoid_dev(gv[q]);
+    }
+  }
+  __syncthreads();
+}
+
+// The norm block size of rows.cu's norm_threads (the residual kernel's launch): the order of its
+// sum of squares. Must stay equal to it (a test compares the bits).
+__device__ __forceinline__ int norm_block(int64_t n) { return n >= 2048 ? 1024 : n >= 1024 ? 512 : 256; }
+constexpr int kNormStageThreads = kMatvecWarps * 32;
+
+// y[i] (+ σ(s)·shared[i]) of the residual kernel (same helpers, same bits).
+__device__ __forceinline__ float residual_y(const ResidualArgs& a, float g, int64_t i) {
+  const float yv = a.y[i];
+  return a.shared ? gated_add_dev(yv, g, a.shared[i]) : yv;
+}
+
+// All threads of the block (kNormStageThreads): xs[i] = rmsnorm(x + y)[i] for i < n with
+// residual_kernel<PRE, true>'s arithmetic: element i's x + y as there; the sum of squares as
+// inv_rms over B = norm_block(n) threads (virtual thread t sums elements t, t + B, ... in
+// increasing order; the warp butterflies of virtual warp t / 32 run on a real warp with the same
+// lanes: real thread r plays virtual threads r, r + 256, ...; then warp 0 sums the B / 32 warp
+// totals with block_sum's butterfly); then the scale. The global loads go kStageBatch per thread
+// at a time, all issued before the first use (a 2048-wide row: one round trip per pass). Ends
+// with a barrier.
+__device__ void stage_norm(float* xs, const ResidualArgs& a, int64_t n) {
+  constexpr int kBatch = 8;
+  __shared__ double vsums[32];
+  __shared__ float inv_s;
+  const int B = norm_block(n), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const float g = a.shared ? sigmoid_dev(a.s[0]) : 0.0f;
+  for (int64_t base = threadIdx.x; base < n; base += int64_t(kNormStageThreads) * kBatch) {
+    float xv[kBatch], yv[kBatch], sv[kBatch];
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      const int64_t i = base + int64_t(q) * kNormStageThreads;
+      if (i < n) {
+        xv[q] = a.x[i], yv[q] = a.y[i];
+        if (a.shared) sv[q] = a.shared[i];
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      const int64_t i = base + int64_t(q) * kNormStageThreads;
+      if (i < n) xs[i] = xv[q] + (a.shared ? gated_add_dev(yv[q], g, sv[q]) : yv[q]);
+    }
+  }
+  __syncthreads();
+  for (int v = 0; v < B / kNormStageThreads; ++v) {
+    const int t = v * kNormStageThreads + threadIdx.x;
+    double ss = 0;
+    for (int64_t i = t; i < n; i += B) ss += double(xs[i]) * double(xs[i]);
+    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    if (lane == 0) vsums[v * kMatvecWarps + warp] = ss;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    double total = lane < B / 32 ? vsums[lane] : 0.0;
+    for (int off = 16; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
+    if (lane == 0) inv_s = float(1.0 / sqrt(total / double(n) + double(a.eps)));
+  }
+  __syncthreads();
+  const float inv = inv_s;
+  for (int64_t base = threadIdx.x; base < n; base += int64_t(kNormStageThreads) * kBatch) {
+    float wv[kBatch];
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      const int64_t i = base + int64_t(q) * kNormStageThreads;
+      if (i < n) wv[q] = a.w[i];
+    }
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      const int64_t i = base + int64_t(q) * kNormStageThreads;
+      if (i < n) xs[i] = xs[i] * inv * (a.plus_one ? 1.0f + wv[q] : wv[q]);
+    }
+  }
+  __syncthreads();
+}
+
+// NormInput's writes, by the launch's last block to finish (every thread of every block calls this
+// once its reads of x, y and its outputs are done; the fence orders each block's reads before its
+// count). xs: the block's staged norm.
+__device__ void norm_writes_in_last_block(const NormInput& in, const float* xs, int64_t n) {
+  __shared__ bool last;
+  __syncthreads();
+  __threadfence();
+  if (threadIdx.x == 0) last = atomicAdd(in.counter, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const ResidualArgs& a = in.a;
+  const float g = a.shared ? sigmoid_dev(a.s[0]) : 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float yv = residual_y(a, g, i);
+    if (a.shared) a.y[i] = yv;
+    a.x[i] += yv;
+    a.xn[i] = xs[i];
+  }
+  if (threadIdx.x == 0) *in.counter = 0u;
 }
 
 // The weight lines of a warp's rows into L2 (lane l: lines l, l + 32, ...): issued before
@@ -274,7 +392,7 @@ __device__ void route_in_last_block(const RouteTail& t, float* shared) {
 template <DType D, int SW, int R, bool TAIL = false, bool WIDE = false>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
     matvec_multi_kernel(MatvecJobs jobs, MatvecBlocks blocks, int64_t K, const float* x, const float* up,
-                        bool prefetch, RouteTail tail) {
+                        bool prefetch, RouteTail tail, NormInput norm) {
   static_assert(!TAIL || (SW == kPlain && kMatvecWarps * 32 == kTopkThreads), "the routing tail: plain input, one routing block");
   extern __shared__ float4 staged4[];
   int j = 0;
@@ -290,6 +408,12 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
   if constexpr (SW == kSwigluStaged) {
     stage_swiglu(reinterpret_cast<float*>(staged4), x, up, K);
     x = reinterpret_cast<const float*>(staged4);
+  } else if constexpr (SW == kGateStaged) {  // `up` holds the gate
+    stage_gate(reinterpret_cast<float*>(staged4), x, up, K);
+    x = reinterpret_cast<const float*>(staged4);
+  } else if constexpr (SW == kNormStaged) {
+    stage_norm(reinterpret_cast<float*>(staged4), norm.a, K);
+    x = reinterpret_cast<const float*>(staged4);
   }
   if (n_rows > 0) {
     float v[R];
@@ -297,6 +421,7 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
     if (threadIdx.x % 32 == 0)
       for (int r = 0; r < n_rows; ++r) jobs.y[j][n0 + r] = v[r];
   }
+  if constexpr (SW == kNormStaged) norm_writes_in_last_block(norm, x, K);
   if constexpr (TAIL) route_in_last_block(tail, reinterpret_cast<float*>(staged4));
 }
 
@@ -412,24 +537,32 @@ __device__ __forceinline__ void stage_slots(float* xs, const float* gate, const 
 // each warp issues its first pass of weight loads before the block stages every slot's swiglu
 // input (and the shared expert's) in shared memory ([k][K] then [s_K]), so the weights' latency
 // overlaps the staging.
-template <DType D, int R>
+// EARLY (DownCombine::early): 0: everything after pdl_begin's wait. 1: the routing is read before
+// the wait. Safe because the routing's writer is at least two launches back: the predecessor is
+// the experts' gate/up launch, which reads the same routing, and this kernel can only be scheduled
+// once every block of that launch has passed its own wait, i.e. once the routing launch (or the
+// router launch's tail) has completed. The routing loads go through L2 (__ldcg), never a stale L1
+// line of an earlier layer's routing. 2: also the first pass of weight loads (constant) before the
+// wait. Same values read in every mode, so the same bits.
+template <DType D, int R, int EARLY>
 __global__ void __launch_bounds__(kMatvecWarps * 32) down_combine_kernel(DownCombine a) {
-  pdl_begin();
+  if constexpr (EARLY == 0) pdl_begin();
   extern __shared__ float4 staged4[];
   float* xs = reinterpret_cast<float*>(staged4);
   __shared__ const uint8_t* wrow[kMaxDownCombineRows];
   __shared__ int32_t pos[kMaxDownCombineRows];
   __shared__ int32_t zero_row[1];
   // tile_expert has at least k entries (moe_max_tiles), so it is read before n_tiles is known.
-  const int n_tiles = *a.n_tiles;
-  const int e = int(threadIdx.x) < a.k ? a.tile_expert[threadIdx.x] : 0;
+  const int n_tiles = __ldcg(a.n_tiles);
+  const int e = int(threadIdx.x) < a.k ? __ldcg(a.tile_expert + threadIdx.x) : 0;
   const int nt = min(n_tiles, a.k);
   if (int(threadIdx.x) < nt) {
-    pos[threadIdx.x] = a.expert_begin[e];
+    pos[threadIdx.x] = __ldcg(a.expert_begin + e);
     wrow[threadIdx.x] = static_cast<const uint8_t*>(a.w[e]);
   }
   if (threadIdx.x == 0) zero_row[0] = 0;
   __syncthreads();
+  if constexpr (EARLY == 1) pdl_begin();
   const int64_t h = int64_t(blockIdx.x) * kMatvecWarps + threadIdx.x / 32;
   const bool active = h < a.N;
   // Row r < nt: expert position r, input xs[r]; row nt (with a shared expert): the shared one.
@@ -452,6 +585,7 @@ __global__ void __launch_bounds__(kMatvecWarps * 32) down_combine_kernel(DownCom
 #pragma unroll
   for (int r = 0; r < R; ++r)
     if (r < n_rows && k0 < (r == nt ? a.s_K : a.K)) raw[r] = load_raw8<D>(rows[r], k0);
+  if constexpr (EARLY == 2) pdl_begin();
   stage_slots(xs, a.gate, a.up, pos, a.K, int64_t(nt) * a.K);
   float* sxs = xs + int64_t(a.k) * a.K;
   if (a.sw) stage_slots(sxs, a.s_gate, a.s_up, zero_row, a.s_K, a.s_K);
@@ -594,9 +728,12 @@ void down_combine(DType dtype, const DownCombine& a, cudaStream_t stream) {
   const size_t smem = down_combine_smem(a.k, a.K, shared ? a.s_K : 0);
   const unsigned grid = blocks_for(a.N, kMatvecWarps), threads = kMatvecWarps * 32;
   const bool small = a.k + (shared ? 1 : 0) <= 10;
-#define WEFT_DOWN_COMBINE(D) \
-  (small ? launch_pdl(down_combine_kernel<D, 10>, grid, threads, smem, stream, a) \
-         : launch_pdl(down_combine_kernel<D, kMaxDownCombineRows>, grid, threads, smem, stream, a))
+  if (a.early < 0 || a.early > 2) check(cudaErrorInvalidValue, "down_combine: early must be 0, 1 or 2");
+#define WEFT_DOWN_COMBINE_E(D, RR)                                                                   \
+  (a.early == 0   ? launch_pdl(down_combine_kernel<D, RR, 0>, grid, threads, smem, stream, a) \
+   : a.early == 1 ? launch_pdl(down_combine_kernel<D, RR, 1>, grid, threads, smem, stream, a) \
+                  : launch_pdl(down_combine_kernel<D, RR, 2>, grid, threads, smem, stream, a))
+#define WEFT_DOWN_COMBINE(D) (small ? WEFT_DOWN_COMBINE_E(D, 10) : WEFT_DOWN_COMBINE_E(D, kMaxDownCombineRows))
   switch (dtype) {
     case DType::kF32: WEFT_DOWN_COMBINE(DType::kF32); break;
     case DType::kF16: WEFT_DOWN_COMBINE(DType::kF16); break;
@@ -604,6 +741,7 @@ void down_combine(DType dtype, const DownCombine& a, cudaStream_t stream) {
     default: check(cudaErrorInvalidValue, "down_combine: weight type not yet on CUDA");
   }
 #undef WEFT_DOWN_COMBINE
+#undef WEFT_DOWN_COMBINE_E
   WEFT_CUDA_LAUNCHED();
 }
 
@@ -611,8 +749,17 @@ bool route_tail_fits(int64_t n_experts, int64_t k) {
   return k >= 1 && k <= kMaxK && k <= n_experts && size_t(3 * n_experts) * sizeof(float) <= 40 * 1024;
 }
 
+bool matvec_gate_fits(int64_t K) { return K > 0 && K <= kSwigluStageMax; }
+bool matvec_norm_fits(int64_t K) { return K > 0 && K <= kSwigluStageMax; }
+
 void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x, cudaStream_t stream,
-                  const float* up, const RouteTail* tail) {
+                  const float* up, const RouteTail* tail, const float* sigmoid_gate, const NormInput* norm) {
+  if (sigmoid_gate && (up || tail || !matvec_gate_fits(K)))
+    check(cudaErrorInvalidValue, "matvec_multi: a sigmoid gate only on a plain input of at most 8192 columns");
+  if (norm && (up || tail || sigmoid_gate || !matvec_norm_fits(K) || norm->a.rows != 1 || norm->a.n != K ||
+               !norm->a.x || !norm->a.xn || !norm->counter))
+    check(cudaErrorInvalidValue,
+          "matvec_multi: a staged residual norm only on a plain one-row input of at most 8192 columns");
   MatvecBlocks blocks{};
   int64_t total_rows = 0;
   for (int j = 0; j < jobs.n; ++j) total_rows += jobs.N[j];
@@ -620,19 +767,27 @@ void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x
   for (int j = 0; j < jobs.n; ++j) blocks.begin[j + 1] = blocks.begin[j] + int(blocks_for(jobs.N[j], kMatvecWarps * R));
   if (jobs.n == 0 || blocks.begin[jobs.n] == 0) return;
   const unsigned grid = unsigned(blocks.begin[jobs.n]), threads = kMatvecWarps * 32;
-  const SwigluMode mode = swiglu_mode(up != nullptr, K);
+  const SwigluMode mode = norm ? kNormStaged : sigmoid_gate ? kGateStaged : swiglu_mode(up != nullptr, K);
+  const NormInput nin = norm ? *norm : NormInput{};
+  if (sigmoid_gate) up = sigmoid_gate;  // the kernel's second input
   if (tail && (up || !route_tail_fits(tail->E, tail->K))) check(cudaErrorInvalidValue, "matvec_multi: routing tail not supported here");
   const RouteTail t = tail ? *tail : RouteTail{};
-  const size_t smem = mode == kSwigluStaged ? size_t(K) * sizeof(float) : tail ? size_t(3 * t.E) * sizeof(float) : 0;
+  const size_t smem = mode == kSwigluStaged || mode == kGateStaged || mode == kNormStaged ? size_t(K) * sizeof(float)
+                      : tail                                        ? size_t(3 * t.E) * sizeof(float)
+                                                                    : 0;
   const bool pf = matvec_prefetch();
   const bool wide = R == 1 && K >= kWidePassK && matvec_wide();
   switch (dtype) {
 #define WEFT_MATVEC_R(D, RR)                                                                                          \
-  (mode == kSwigluStaged   ? launch_pdl(matvec_multi_kernel<D, kSwigluStaged, RR>, grid, threads, smem, stream, jobs, blocks, K, x, up, pf, t) \
-   : mode == kSwigluDirect ? launch_pdl(matvec_multi_kernel<D, kSwigluDirect, RR>, grid, threads, 0, stream, jobs, blocks, K, x, up, pf, t) \
-   : tail                  ? launch_pdl(matvec_multi_kernel<D, kPlain, RR, true>, grid, threads, smem, stream, jobs, blocks, K, x, nullptr, pf, t) \
-   : wide                  ? launch_pdl(matvec_multi_kernel<D, kPlain, 1, false, true>, grid, threads, 0, stream, jobs, blocks, K, x, nullptr, pf, t) \
-                           : launch_pdl(matvec_multi_kernel<D, kPlain, RR>, grid, threads, 0, stream, jobs, blocks, K, x, nullptr, pf, t))
+  (mode == kNormStaged     ? (wide ? launch_pdl(matvec_multi_kernel<D, kNormStaged, 1, false, true>, grid, threads, smem, stream, jobs, blocks, K, x, nullptr, pf, t, nin) \
+                                   : launch_pdl(matvec_multi_kernel<D, kNormStaged, RR>, grid, threads, smem, stream, jobs, blocks, K, x, nullptr, pf, t, nin)) \
+   : mode == kGateStaged   ? (wide ? launch_pdl(matvec_multi_kernel<D, kGateStaged, 1, false, true>, grid, threads, smem, stream, jobs, blocks, K, x, up, pf, t, nin) \
+                                   : launch_pdl(matvec_multi_kernel<D, kGateStaged, RR>, grid, threads, smem, stream, jobs, blocks, K, x, up, pf, t, nin)) \
+   : mode == kSwigluStaged ? launch_pdl(matvec_multi_kernel<D, kSwigluStaged, RR>, grid, threads, smem, stream, jobs, blocks, K, x, up, pf, t, nin) \
+   : mode == kSwigluDirect ? launch_pdl(matvec_multi_kernel<D, kSwigluDirect, RR>, grid, threads, 0, stream, jobs, blocks, K, x, up, pf, t, nin) \
+   : tail                  ? launch_pdl(matvec_multi_kernel<D, kPlain, RR, true>, grid, threads, smem, stream, jobs, blocks, K, x, nullptr, pf, t, nin) \
+   : wide                  ? launch_pdl(matvec_multi_kernel<D, kPlain, 1, false, true>, grid, threads, 0, stream, jobs, blocks, K, x, nullptr, pf, t, nin) \
+                           : launch_pdl(matvec_multi_kernel<D, kPlain, RR>, grid, threads, 0, stream, jobs, blocks, K, x, nullptr, pf, t, nin))
 #define WEFT_MATVEC(D) (R == 2 ? WEFT_MATVEC_R(D, 2) : WEFT_MATVEC_R(D, 1))
     case DType::kF32: WEFT_MATVEC(DType::kF32); break;
     case DType::kF16: WEFT_MATVEC(DType::kF16); break;

@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/cuda/rows.cuh"
 #include "kernels/cuda/moe_route.cuh"
 
 namespace weft::cuda {
@@ -74,6 +75,9 @@ struct DownCombine {
   int64_t s_K = 0;
   const float *s_gate = nullptr, *s_up = nullptr;
   float* s_y = nullptr;
+  // What the kernel reads before its PDL wait: 0 nothing; 1 the routing (default: its writer is
+  // two launches back, see down_combine_kernel); 2 the routing and the first pass of weights.
+  int early = 1;
 };
 // Whether down_combine takes this shape (rows, staged input size, types); vec: 16-byte loads apply.
 bool down_combine_fits(int k, bool shared, int64_t K, int64_t s_K);
@@ -105,8 +109,25 @@ struct RouteTail {
 bool route_tail_fits(int64_t n_experts, int64_t k);
 // up set: the input is swiglu(x, up) computed while loading (same bits as swiglu, then the product).
 // tail set: the routing above after the products (plain input only).
+// sigmoid_gate set: the input is x·σ(sigmoid_gate), staged once per block (same bits as
+// mul_sigmoid, then the product; x itself is not written); K within matvec_gate_fits, no up/tail.
+bool matvec_gate_fits(int64_t K);
+// The residual chain of cuda::residual_rmsnorm for one row (a.rows == 1, a.xn set, a.n == K)
+// computed by every block of the product launch that reads its norm: each block forms
+// x + y (y += σ(s)·shared first when set) and its rmsnorm in shared memory with the residual
+// kernel's arithmetic, the sum of squares in the order of its norm_threads(n)-thread block (the
+// block's 256 threads play 1024 / 512 / 256 of them), so the product's input has its bits; the
+// launch's last block to finish (counted on `counter`: zero before, reset after) then writes x, y
+// and xn as the residual kernel would have, for the ops after the launch. x, y, xn are not
+// written before every block has read them.
+struct NormInput {
+  ResidualArgs a;
+  unsigned* counter = nullptr;
+};
+bool matvec_norm_fits(int64_t K);
 void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x, cudaStream_t stream,
-                  const float* up = nullptr, const RouteTail* tail = nullptr);
+                  const float* up = nullptr, const RouteTail* tail = nullptr, const float* sigmoid_gate = nullptr,
+                  const NormInput* norm = nullptr);
 
 // True for the weight types this kernel takes.
 bool matmul_supports(DType dtype);
