@@ -15,6 +15,7 @@
 
 #include "engine/session.h"
 #include "io/safetensors.h"
+#include "model/config.h"
 #include "model/model.h"
 #include "test_util.h"
 
@@ -584,6 +585,36 @@ TEST_F(BadInputTest, FuzzHeaderBytesAndTruncation) {
     EXPECT_FALSE(Model::load(d).ok()) << "a truncated file loaded: " << len << " bytes";
   }
   std::printf("[ fuzz ] 300 corruptions: %d loaded, %d refused\n", loaded, failed);
+}
+
+// Found by config_fuzz: RoPE numbers no float or integer holds are refused with a message before
+// any cast (they were UB: a 1e124 original_max_position_embeddings cast to int64).
+TEST(BadConfig, RopeNumbersOutOfRangeAreRefused) {
+  const json base = json::parse(R"({"model_type": "llama", "vocab_size": 128, "hidden_size": 64,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
+      "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}})");
+  ASSERT_TRUE(parse_model_config(base).ok());
+  struct Case {
+    const char* key;
+    json value;
+    const char* message;
+  };
+  const Case cases[] = {{"original_max_position_embeddings", json(8.9e123), "original_max_position_embeddings"},
+                        {"original_max_position_embeddings", json(0), "original_max_position_embeddings"},
+                        {"original_max_position_embeddings", json(-5), "original_max_position_embeddings"},
+                        {"factor", json(-1), "factor"},
+                        {"factor", json(1e300), "factor"},
+                        {"low_freq_factor", json(4.0), "low_freq_factor"},  // equal to high: a 0/0 in forward()
+                        {"high_freq_factor", json(0.5), "low_freq_factor"},
+                        {"rope_theta", json(1e300), "rope_theta"},
+                        {"rope_theta", json(-2), "rope_theta"}};
+  for (const Case& k : cases) {
+    json c = base;
+    c["rope_scaling"][k.key] = k.value;
+    auto r = parse_model_config(c);
+    ASSERT_FALSE(r.ok()) << k.key << "=" << k.value.dump();
+    EXPECT_NE(r.status().message().find(k.message), std::string::npos) << r.status().message();
+  }
 }
 
 // Hostile values in config.json fields: refused, or loaded and then able to run a token.

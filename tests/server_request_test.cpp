@@ -197,6 +197,11 @@ TEST(OutputParser, EdgeCases) {
   EXPECT_FALSE(parse_tool_call_block("<function=f>\n<parameter=x>\n1\n</function>", {}, &c));
   EXPECT_FALSE(parse_tool_call_block("{\"arguments\": {}}", {}, &c));
   EXPECT_FALSE(parse_tool_call_block("{\"name\": \"f\", \"arguments\": [1]}", {}, &c));
+  // Found by server_request_fuzz: a JSON call with an empty (or blank) name is text too.
+  EXPECT_FALSE(parse_tool_call_block("{\"name\": \"\", \"arguments\": {}}", {}, &c));
+  EXPECT_FALSE(parse_tool_call_block("{\"name\": \" \", \"arguments\": {\"a\": 1}}", {}, &c));
+  OutputDelta unnamed = parse_in_pieces("<tool_call>\n{\"name\":\"\", \"arguments\": {}}\n</tool_call>", o, 4);
+  EXPECT_TRUE(unnamed.tool_calls.empty());
 }
 
 }  // namespace

@@ -118,6 +118,8 @@ Result<ModelConfig> parse_model_config(const json& root, const json& generation_
               : t.contains("rope_scaling") && t["rope_scaling"].is_object()   ? t["rope_scaling"]
                                                                                 : json::object();
   c.rope_theta = get_double(rope, "rope_theta", get_double(t, "rope_theta", 10000.0));
+  // Used as a float base of a power: a value no float holds (or none at all) is an error, not UB.
+  if (!(c.rope_theta > 0 && c.rope_theta <= 1e30)) return Status::error("config.json: rope_theta out of (0, 1e30]");
   double partial = get_double(rope, "partial_rotary_factor", get_double(t, "partial_rotary_factor", 1.0));
   if (!(partial > 0 && partial <= 1)) return Status::error("config.json: partial_rotary_factor out of (0, 1]");
   c.rotary_dim = int64_t(double(c.head_dim) * partial);
@@ -129,7 +131,15 @@ Result<ModelConfig> parse_model_config(const json& root, const json& generation_
     c.rope_llama3_factor = get_double(rope, "factor", 8.0);
     c.rope_llama3_low_freq = get_double(rope, "low_freq_factor", 1.0);
     c.rope_llama3_high_freq = get_double(rope, "high_freq_factor", 4.0);
-    c.rope_llama3_original_max = int64_t(get_double(rope, "original_max_position_embeddings", 8192));
+    const double original_max = get_double(rope, "original_max_position_embeddings", 8192);
+    // Checked before the integer cast (a float out of int64's range is UB; found by config_fuzz)
+    // and before forward() divides by them.
+    if (!(original_max >= 1 && original_max <= double(int64_t(1) << 40)))
+      return Status::error("config.json: rope_scaling.original_max_position_embeddings out of [1, 2^40]");
+    if (!(c.rope_llama3_factor > 0 && c.rope_llama3_factor <= 1e6) || !(c.rope_llama3_low_freq > 0) ||
+        !(c.rope_llama3_high_freq > c.rope_llama3_low_freq) || !(c.rope_llama3_high_freq <= 1e6))
+      return Status::error("config.json: llama3 rope_scaling needs 0 < factor, 0 < low_freq_factor < high_freq_factor");
+    c.rope_llama3_original_max = int64_t(original_max);
   } else if (rope_type != "default" && rope_type != "mrope") {
     return Status::error("config.json: unsupported rope_type '" + rope_type + "'");
   }

@@ -44,6 +44,7 @@ bool parse_json_form(std::string_view body, ToolCall* out) {
   ojson j = ojson::parse(body, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("name") || !j["name"].is_string()) return false;
   out->name = j["name"].get<std::string>();
+  if (trim(out->name).empty()) return false;  // a call to nothing is text, as in the XML form
   ojson args = j.contains("arguments") ? j["arguments"] : (j.contains("parameters") ? j["parameters"] : ojson::object());
   if (args.is_string()) {  // some models double-encode
     ojson inner = ojson::parse(args.get<std::string>(), nullptr, false);
