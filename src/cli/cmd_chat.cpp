@@ -25,13 +25,13 @@ namespace {
 int run_chat(int argc, char** argv) {
   CLI::App app("Chat with a model in the terminal (one stdin line per user turn; /reset, /quit)", "chat");
   std::string model_dir, chat_template_file, system;
-  int64_t max_tokens = 512, ctx = 8192, ctx_max = 0;
+  int64_t max_tokens = 512, ctx = 8192;
   int threads = 0;
   std::optional<double> temp, top_p;
   std::optional<int> top_k;
   uint64_t seed = 0;
   bool no_think = false;
-  KvFlags kv;
+  RunFlags run;
   app.add_option("-m,--model", model_dir, "model directory (HF format) or .gguf file; default: the built-in model");
   app.add_option("--system", system, "a system message at the start of the conversation");
   app.add_option("-n,--max-tokens", max_tokens, "largest reply in tokens")->check(CLI::Range(1, 1 << 24));
@@ -44,21 +44,12 @@ int run_chat(int argc, char** argv) {
   app.add_option("--chat-template", chat_template_file, "a Jinja chat template file (default: the model's own)");
   app.add_flag("--no-think", no_think, "pass enable_thinking=false to the template (Qwen3 / Qwen3.5)");
   app.add_option("--threads", threads, "worker threads (0 = all cores)")->check(CLI::Range(0, 1024));
-  kv.add(app);
-  std::string device;
-  add_device_flag(app, &device);
-  add_ctx_max_flag(app, &ctx_max);
-  if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
-  auto dev = resolve_device(device);
-  if (!dev.ok()) return fail(dev.status());
-
-  auto kv_options = kv.resolve();
-  if (!kv_options.ok()) return fail(kv_options.status());
+  run.add(app);
+  if (int rc = run.parse(app, argc, argv); rc >= 0) return rc;
   auto model = open_model(&model_dir);
   if (!model.ok()) return fail(model.status());
   const ModelConfig& c = model.value()->config();
-  if (Status s = check_kv_types(c, kv_options.value()); !s.ok()) return fail(s);
-  if (Status s = check_context(c, ctx, {kv_options.value()}, ctx_max); !s.ok()) return fail(s);
+  if (Status s = run.check_model(c, ctx); !s.ok()) return fail(s);
   auto tokenizer = Tokenizer::load_from_dir(model_dir);
   if (!tokenizer.ok()) return fail(tokenizer.status().with_context("weft chat needs the model's tokenizer"));
   auto tmpl = chat_template_file.empty() ? ChatTemplate::for_model(model_dir)
@@ -78,12 +69,12 @@ int run_chat(int argc, char** argv) {
   for (int32_t e : tokenizer.value().eos_ids()) eos.push_back(e);
   EngineOptions eo;
   eo.threads = threads;
-  eo.device = dev.value();
+  eo.device = run.device;
   Engine engine(*model.value(), eo);
   SchedulerOptions so;
   so.parallel = 1;
   so.ctx = ctx;
-  so.kv = kv_options.value();
+  so.kv = run.kv_options;
   Scheduler scheduler(engine, &tokenizer.value(), eos, so);
 
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();

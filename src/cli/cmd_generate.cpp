@@ -44,12 +44,11 @@ int run_generate(int argc, char** argv) {
   std::vector<std::string> ids_files, prompts;
   int64_t n = 64;
   int threads = 0;
-  int64_t ctx_max = 0;
   bool json = false, no_stop = false;
   bool chat = false;
   std::string system_prompt, chat_template_file;
   SamplerOptions so;
-  KvFlags kv;
+  RunFlags run;
   app.add_option("-m,--model", model_dir, "model directory (HF format) or .gguf file; default: the built-in model");
   app.add_option("--ids-file", ids_files, "prompt as token ids (whitespace/comma separated); repeatable");
   app.add_option("-p,--prompt", prompts, "prompt text (needs tokenizer.json in the model dir, or a GGUF tokenizer); repeatable");
@@ -69,16 +68,8 @@ int run_generate(int argc, char** argv) {
   app.add_flag("--json", json,
                "print one JSON object per input (in input order, one per line): tokens, prefill_tok_s, "
                "decode_tok_s, text");
-  kv.add(app);
-  std::string device;
-  add_device_flag(app, &device);
-  add_ctx_max_flag(app, &ctx_max);
-  if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
-  auto dev = resolve_device(device);
-  if (!dev.ok()) return fail(dev.status());
-
-  auto kv_options = kv.resolve();
-  if (!kv_options.ok()) return fail(kv_options.status());
+  run.add(app);
+  if (int rc = run.parse(app, argc, argv); rc >= 0) return rc;
   auto model = open_model(&model_dir);
   if (!model.ok()) return fail(model.status());
   // Sampling flags not given come from the model's generation_config.json, as in chat and serve.
@@ -138,22 +129,20 @@ int run_generate(int argc, char** argv) {
     if (ids.empty()) return fail(Status::error("empty prompt and the model has no BOS token"));
     jobs.emplace_back().prompt = std::move(ids);
   }
-  if (Status s = check_kv_types(c, kv_options.value()); !s.ok()) return fail(s);
   // Each input's cache holds its prompt and its generated tokens: refuse before anything is
   // allocated (counted as if every input were as long as the longest).
   size_t longest = 0;
   for (const Job& j : jobs) longest = std::max(longest, j.prompt.size());
-  const std::vector<KvOptions> caches(jobs.size(), kv_options.value());
-  if (Status s = check_context(c, int64_t(longest) + n, caches, ctx_max); !s.ok()) return fail(s);
+  if (Status s = run.check_model(c, int64_t(longest) + n, jobs.size()); !s.ok()) return fail(s);
 
   EngineOptions eo;
   eo.threads = threads;
-  eo.device = dev.value();
+  eo.device = run.device;
   Engine engine(*model.value(), eo);
   std::vector<PrefillInput> prefill;
   int64_t prompt_tokens = 0;
   for (Job& j : jobs) {
-    j.seq = engine.add(kv_options.value());
+    j.seq = engine.add(run.kv_options);
     j.logits.resize(size_t(c.vocab_size));
     j.sampler.emplace(so);
     prefill.push_back({j.seq, j.prompt.data(), int64_t(j.prompt.size()), j.logits.data()});

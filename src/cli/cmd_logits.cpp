@@ -15,37 +15,27 @@ int run_logits(int argc, char** argv) {
   CLI::App app("Teacher-forced logits for every position of a token stream", "logits");
   std::string model_dir, ids_file, out_path;
   int threads = 0;
-  int64_t ctx_max = 0;
   int64_t batch = 128;
-  KvFlags kv;
+  RunFlags run;
   app.add_option("-m,--model", model_dir, "model directory (HF format); default: the built-in model");
   app.add_option("--ids-file", ids_file, "token ids separated by whitespace or commas")->required();
   app.add_option("-o,--out", out_path, "output .safetensors (tensor 'logits' f32 [T, V])")->required();
   app.add_option("--threads", threads, "worker threads (0 = all cores); results do not depend on it")
       ->check(CLI::Range(0, 1024));
   app.add_option("--batch", batch, "tokens per forward call (rounded up to a multiple of 64, the prefill chunk; results do not depend on it)")->check(CLI::PositiveNumber);
-  kv.add(app);
-  std::string device;
-  add_device_flag(app, &device);
-  add_ctx_max_flag(app, &ctx_max);
-  if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
-  auto dev = resolve_device(device);
-  if (!dev.ok()) return fail(dev.status());
-
-  auto kv_options = kv.resolve();
-  if (!kv_options.ok()) return fail(kv_options.status());
+  run.add(app);
+  if (int rc = run.parse(app, argc, argv); rc >= 0) return rc;
   auto ids = read_ids_file(ids_file);
   if (!ids.ok()) return fail(ids.status());
   auto model = open_model(&model_dir);
   if (!model.ok()) return fail(model.status());
   const ModelConfig& c = model.value()->config();
-  if (Status s = check_kv_types(c, kv_options.value()); !s.ok()) return fail(s);
   const int64_t T = int64_t(ids->size()), V = c.vocab_size;
-  if (Status s = check_context(c, T, {kv_options.value()}, ctx_max); !s.ok()) return fail(s);
+  if (Status s = run.check_model(c, T); !s.ok()) return fail(s);
   SessionOptions so;
-  so.kv = kv_options.value();
+  so.kv = run.kv_options;
   so.threads = threads;
-  so.device = dev.value();
+  so.device = run.device;
   so.batch = batch;
   Session session(*model.value(), so);
   // Rows are streamed into the file batch by batch: memory holds one batch of logits, never

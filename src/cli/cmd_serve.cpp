@@ -30,8 +30,7 @@ int run_serve(int argc, char** argv) {
   server::ServerOptions so;
   SchedulerOptions sched;
   int threads = 0;
-  int64_t ctx_max = 0;
-  KvFlags kv;
+  RunFlags run;
   app.add_option("-m,--model", model_dir, "model directory (HF format) or .gguf file; default: the built-in model");
   app.add_option("--host", so.host, "address to listen on (default 127.0.0.1: this machine only)");
   app.add_option("--port", so.port, "port (0: any free port, printed at start)")->check(CLI::Range(0, 65535));
@@ -55,22 +54,13 @@ int run_serve(int argc, char** argv) {
   app.add_option("--test-reply", so.test_replies,
                  "testing: chat replies are these texts (in turn) instead of sampled tokens; the model still runs")
       ->group("Testing");
-  kv.add(app);
-  std::string device;
-  add_device_flag(app, &device);
-  add_ctx_max_flag(app, &ctx_max);
-  if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
-  auto dev = resolve_device(device);
-  if (!dev.ok()) return fail(dev.status());
-
-  auto kv_options = kv.resolve();
-  if (!kv_options.ok()) return fail(kv_options.status());
-  sched.kv = kv_options.value();
+  run.add(app);
+  if (int rc = run.parse(app, argc, argv); rc >= 0) return rc;
+  sched.kv = run.kv_options;
   auto model = open_model(&model_dir);
   if (!model.ok()) return fail(model.status());
   const ModelConfig& c = model.value()->config();
-  if (Status s = check_kv_types(c, sched.kv); !s.ok()) return fail(s);
-  if (Status s = check_context(c, sched.ctx, std::vector<KvOptions>(size_t(sched.parallel), sched.kv), ctx_max); !s.ok())
+  if (Status s = run.check_model(c, sched.ctx, size_t(sched.parallel)); !s.ok())
     return fail(s.with_context("--ctx " + std::to_string(sched.ctx) + " x --parallel " + std::to_string(sched.parallel)));
   auto tokenizer = Tokenizer::load_from_dir(model_dir);
   if (!tokenizer.ok()) return fail(tokenizer.status().with_context("weft serve needs the model's tokenizer"));
@@ -104,7 +94,7 @@ int run_serve(int argc, char** argv) {
 
   EngineOptions eo;
   eo.threads = threads;
-  eo.device = dev.value();
+  eo.device = run.device;
   Engine engine(*model.value(), eo);
   Scheduler scheduler(engine, &tokenizer.value(), eos, sched);
   server::HttpServer http(scheduler, tokenizer.value(), chat_template ? &*chat_template : nullptr, defaults.value(), so);

@@ -289,4 +289,26 @@ Result<Device> resolve_device(const std::string& name) {
   return d.value();
 }
 
+void RunFlags::add(CLI::App& app) {
+  kv.add(app);
+  add_device_flag(app, &device_name);
+  add_ctx_max_flag(app, &ctx_max);
+}
+
+int RunFlags::parse(CLI::App& app, int argc, char** argv) {
+  if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
+  auto d = resolve_device(device_name);
+  if (!d.ok()) return fail(d.status());
+  device = d.value();
+  auto k = kv.resolve();
+  if (!k.ok()) return fail(k.status());
+  kv_options = k.value();
+  return -1;
+}
+
+Status RunFlags::check_model(const ModelConfig& config, int64_t tokens, size_t caches) const {
+  WEFT_RETURN_IF_ERROR(check_kv_types(config, kv_options));
+  return check_context(config, tokens, std::vector<KvOptions>(caches, kv_options), ctx_max);
+}
+
 }  // namespace weft::cli

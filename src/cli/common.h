@@ -79,4 +79,23 @@ Result<Device> resolve_device(const std::string& device);  // prints "weft: <mes
 
 std::string human_bytes(double bytes);
 
+// The flags of every command that runs a model on one KV configuration (chat, generate, logits,
+// serve): --kv / --kv-k / --kv-v / --kv-rotate, --device and --ctx-max, added, parsed and checked
+// in one place so the commands cannot drift apart in spelling, order of checks or messages.
+struct RunFlags {
+  KvFlags kv;
+  std::string device_name;
+  int64_t ctx_max = 0;
+  // Set by parse().
+  Device device = Device::kCpu;
+  KvOptions kv_options;
+
+  void add(CLI::App& app);
+  // parse_or_exit, then the device (usable here?) and the KV types: -1 to continue, else the exit
+  // code (0 for --help, 2 for bad usage, 1 for a device or KV error, with its message printed).
+  int parse(CLI::App& app, int argc, char** argv);
+  // check_kv_types and check_context for `caches` caches of kv_options holding `tokens` each.
+  Status check_model(const ModelConfig& config, int64_t tokens, size_t caches = 1) const;
+};
+
 }  // namespace weft::cli
