@@ -32,7 +32,7 @@ for arm in gpu host; do
   env=()
   [ $arm = host ] && env=(WEFT_SYNTH_ON_HOST=1)
   log "bench ($arm): weft bench --device cuda ${ARGS[*]}"
-  timeout 240 env "${env[@]}" python3 tools/gpu/stamp.py "$OUT/bench-$arm.err" -- "${TIME[@]}" "$BUILD/weft" bench \
+  timeout 120 env "${env[@]}" python3 tools/gpu/stamp.py "$OUT/bench-$arm.err" -- "${TIME[@]}" "$BUILD/weft" bench \
     --device cuda "${ARGS[@]}" > "$OUT/bench-$arm.md"
   log "bench ($arm) rc=$?"
   grep -E "generat|Maximum resident|Elapsed \(wall|peak_rss|wall_s" "$OUT/bench-$arm.err" | tee -a "$OUT/summary.txt"
