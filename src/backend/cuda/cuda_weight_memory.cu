@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -38,6 +39,10 @@ class CudaWeightMemory final : public WeightMemory {
         return Status::error(std::string("synthetic weights of type ") + dtype_name(c.dtype) +
                              " cannot be generated (bf16, f16 or f32)");
       if (c.count < 1 || c.count > kSynthChunk) return Status::error("malformed synthetic chunk");
+      // A misaligned store would be a sticky error that ends the CUDA context: refuse it here.
+      if (reinterpret_cast<uintptr_t>(c.dst) % dtype_size(c.dtype) != 0)
+        return Status::error(std::string("synthetic chunk destination not aligned to its ") + dtype_name(c.dtype) +
+                             " elements");
     }
     try {
       cuda::synth_fill(chunks.data(), int64_t(chunks.size()), cudaStreamLegacy);
