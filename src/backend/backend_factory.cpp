@@ -5,6 +5,7 @@
 #include "backend/cpu_backend.h"
 #ifdef WEFT_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_weight_memory.h"
 #endif
 
 namespace weft {
@@ -33,6 +34,14 @@ Result<std::unique_ptr<Backend>> make_backend(const BackendOptions& options) {
   if (options.device == Device::kCuda) return make_cuda_backend(options.threads);
 #endif
   return std::unique_ptr<Backend>(new CpuBackend(options.threads));
+}
+
+Result<std::unique_ptr<WeightMemory>> make_weight_memory(const BackendOptions& options) {
+  WEFT_RETURN_IF_ERROR(check_device(options.device));
+#ifdef WEFT_HAVE_CUDA
+  if (options.device == Device::kCuda) return make_cuda_weight_memory();
+#endif
+  return host_weight_memory(options.threads);
 }
 
 std::unique_ptr<Backend> make_backend_or_throw(const BackendOptions& options) {

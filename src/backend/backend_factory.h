@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/weight_memory.h"
 #include "core/status.h"
 
 namespace weft {
@@ -26,6 +27,10 @@ struct BackendOptions {
 };
 
 Result<std::unique_ptr<Backend>> make_backend(const BackendOptions& options);
+// Where a model made in-process (a synthetic model: synth_in_memory) keeps its weights on
+// `options.device`: host memory for the CPU, GPU memory filled by a kernel for CUDA (no host copy,
+// no upload). Fails as make_backend does when the device cannot run here.
+Result<std::unique_ptr<WeightMemory>> make_weight_memory(const BackendOptions& options);
 // For constructors (Engine, Session), whose callers ran check_device first: throws
 // std::runtime_error with make_backend's message otherwise.
 std::unique_ptr<Backend> make_backend_or_throw(const BackendOptions& options);

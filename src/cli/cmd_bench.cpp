@@ -1,5 +1,6 @@
 // `weft bench`: the paired decode curve (tok/s vs context depth per KV arm) with the KV-share
 // ceiling, the byte roofline against an in-process bandwidth probe, and Step 0's kill verdict.
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -9,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/backend_factory.h"
 #include "cli/command.h"
 #include "cli/common.h"
 #include "lab/bench.h"
@@ -105,7 +107,7 @@ int run_bench_cmd(int argc, char** argv) {
   int64_t bw_mib = 512;
   app.add_option("-m,--model", model_dir, "model directory (HF format); default: the built-in model");
   auto* syn = app.add_option("--synthetic", synthetic, "bench a random-weight model of a preset geometry (cached "
-                                                       "on disk; generated in memory with --device cuda)");
+                                                       "on disk; generated in GPU memory with --device cuda)");
   bool memory = false;
   app.add_flag("--in-memory", memory, "synthetic: generate the model in memory, not in the disk cache (the default "
                                       "with --device cuda)");
@@ -178,11 +180,23 @@ int run_bench_cmd(int argc, char** argv) {
     auto spec = synthetic_spec(synthetic, ov, &label);
     if (!spec.ok()) return fail(spec.status());
     if (memory || o.device == Device::kCuda) {
-      // No disk: the full 35B-A3B geometry (70 GB bf16) fits the GPU and host memory, not the
-      // GPU machine's disk.
-      if (!quiet) std::fprintf(stderr, "weft: generating the synthetic model (%s) in memory\n", label.c_str());
-      auto files = synth_in_memory(spec.value());
+      // No disk: the full 35B-A3B geometry (70 GB bf16) fits the GPU, not the GPU machine's disk.
+      // With --device cuda the matrices are generated in GPU memory (no host copy, no upload);
+      // WEFT_SYNTH_ON_HOST=1 generates them in host memory and uploads them instead (the same
+      // bytes: the "before" of the measurement in docs/results.md §10).
+      const char* env = std::getenv("WEFT_SYNTH_ON_HOST");
+      const bool on_host = env && std::string(env) == "1";
+      auto weights = make_weight_memory({on_host ? Device::kCpu : o.device, o.threads});
+      if (!weights.ok()) return fail(weights.status());
+      if (!quiet)
+        std::fprintf(stderr, "weft: generating the synthetic model (%s) in %s\n", label.c_str(),
+                     weights.value()->name());
+      const auto t0 = std::chrono::steady_clock::now();
+      auto files = synth_in_memory(spec.value(), *weights.value());
       if (!files.ok()) return fail(files.status());
+      if (!quiet)
+        std::fprintf(stderr, "weft: generated in %.1f s\n",
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       in_memory = std::move(files.value());
       label += " (in memory)";
     } else {

@@ -85,7 +85,7 @@ const TensorView* ModelFiles::find(const std::string& name) const {
 std::unique_ptr<ModelFiles> ModelFiles::in_memory(std::string label, nlohmann::json config,
                                                   nlohmann::json generation_config,
                                                   std::unordered_map<std::string, TensorView> tensors,
-                                                  std::vector<std::unique_ptr<uint8_t[]>> memory) {
+                                                  std::vector<OwnedBytes> memory) {
   auto f = std::unique_ptr<ModelFiles>(new ModelFiles());
   f->dir_ = std::move(label);
   f->config_ = std::move(config);

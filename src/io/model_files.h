@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/owned_bytes.h"
 #include "core/status.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
@@ -34,11 +35,12 @@ class ModelFiles {
   static bool is_gguf(const std::string& path);
   // A model that lives in memory, not in files (synthetic weights: `weft bench --synthetic` on a
   // GPU, where a 70 GB model need not touch the disk). `tensors` view `memory`, which the
-  // ModelFiles keeps; `label` stands for the directory in messages.
+  // ModelFiles keeps and frees (each block with its own deleter: a block may be device memory,
+  // which only a device backend may read); `label` stands for the directory in messages.
   static std::unique_ptr<ModelFiles> in_memory(std::string label, nlohmann::json config,
                                                nlohmann::json generation_config,
                                                std::unordered_map<std::string, TensorView> tensors,
-                                               std::vector<std::unique_ptr<uint8_t[]>> memory);
+                                               std::vector<OwnedBytes> memory);
 
   const std::string& dir() const { return dir_; }
   const nlohmann::json& config() const { return config_; }
@@ -66,7 +68,7 @@ class ModelFiles {
   std::unordered_map<std::string, TensorView> tensors_;
   std::unique_ptr<GgufFile> gguf_;
   std::vector<std::vector<uint8_t>> owned_;  // tensors reordered out of the GGUF layout
-  std::vector<std::unique_ptr<uint8_t[]>> memory_;  // the tensors of an in-memory model
+  std::vector<OwnedBytes> memory_;  // the tensors of an in-memory model (host or device)
   bool norms_plus_one_folded_ = false;
   std::unordered_map<std::string, std::vector<int64_t>> input_head_orders_;
 };

@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/synth_fill.h"
 #include "io/safetensors.h"
 
 namespace weft {
@@ -21,9 +22,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Values are generated in fixed chunks, each seeded from (tensor stream, chunk index): the bytes
-// depend only on the spec, never on thread count or shard layout.
-constexpr int64_t kChunk = int64_t(1) << 20;
+// Values are generated in fixed chunks (kSynthChunk values), each seeded from (tensor stream,
+// chunk index): the bytes depend only on the spec, never on thread count, shard layout or where
+// they are generated (host or GPU: kernels/synth_fill_args.h).
+constexpr int64_t kChunk = kSynthChunk;
 
 // lm_head std * sqrt(H): logits of std ~3 spread a softmax over a big vocabulary the way a trained
 // model's do (a clear top few, a long tail), where std 1 would be nearly flat.
@@ -32,83 +34,10 @@ constexpr float kLogitStd = 3.0f;
 constexpr float kRouterGain = 3.0f;
 constexpr float kSharedGateGain = 0.1f;
 
-uint64_t splitmix64(uint64_t* x) {
-  uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
   return h;
-}
-
-// xoshiro256++: ~1 ns per 64 bits, good in all bit positions (we use every 16-bit lane).
-class Xoshiro256 {
- public:
-  explicit Xoshiro256(uint64_t seed) {
-    for (auto& w : s_) w = splitmix64(&seed);
-  }
-  uint64_t next() {
-    const uint64_t result = rotl(s_[0] + s_[3], 23) + s_[0];
-    const uint64_t t = s_[1] << 17;
-    s_[2] ^= s_[0];
-    s_[3] ^= s_[1];
-    s_[1] ^= s_[2];
-    s_[0] ^= s_[3];
-    s_[2] ^= t;
-    s_[3] = rotl(s_[3], 45);
-    return result;
-  }
-
- private:
-  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-  uint64_t s_[4];
-};
-
-template <DType D>
-inline void store(void* out, int64_t i, float v) {
-  if constexpr (D == DType::kBF16) {
-    static_cast<uint16_t*>(out)[i] = f32_to_bf16(v);
-  } else if constexpr (D == DType::kF16) {
-    static_cast<uint16_t*>(out)[i] = f32_to_f16(v);
-  } else {
-    static_cast<float*>(out)[i] = v;
-  }
-}
-
-// Normal values come from the sum of four 16-bit uniforms (Irwin-Hall, n=4): one RNG call per
-// value and no transcendental, which is what makes >200M values/s per core possible. Tails are cut
-// at +-3.46 sigma; for random weights that is a feature, not a flaw.
-template <DType D>
-void fill_chunk(const SynthInit& init, uint64_t chunk_seed, int64_t begin, int64_t end, void* out) {
-  Xoshiro256 rng(chunk_seed);
-  switch (init.kind) {
-    case SynthInit::kNormal: {
-      constexpr float kInvStd = 1.0f / 37837.2273f;  // sqrt((65536^2 - 1) / 3)
-      const float scale = init.b * kInvStd;
-      const float mean = init.a;
-      for (int64_t i = begin; i < end; ++i) {
-        const uint64_t r = rng.next();
-        const int32_t s = int32_t(r & 0xffff) + int32_t((r >> 16) & 0xffff) +
-                          int32_t((r >> 32) & 0xffff) + int32_t(r >> 48) - 131070;
-        store<D>(out, i, mean + float(s) * scale);
-      }
-      break;
-    }
-    case SynthInit::kUniform:
-    case SynthInit::kLogUniform: {
-      const bool log_of = init.kind == SynthInit::kLogUniform;
-      for (int64_t i = begin; i < end; ++i) {
-        const float u = float(rng.next() >> 40) * (1.0f / 16777216.0f);
-        const float v = init.a + (init.b - init.a) * u;
-        store<D>(out, i, log_of ? std::log(v) : v);
-      }
-      break;
-    }
-  }
 }
 
 uint64_t tensor_stream(uint64_t seed, const std::string& name) {
@@ -121,16 +50,34 @@ uint64_t chunk_seed(uint64_t stream, int64_t chunk) {
   return splitmix64(&x);
 }
 
+// Chunk `chunk` of a tensor of n values drawn from `init`, stored from `base`. Normal values are
+// Irwin-Hall sums of four 16-bit uniforms (see the recipe), scaled to unit variance here, once.
+SynthChunk make_chunk(const SynthInit& init, uint64_t stream, DType dtype, int64_t n, int64_t chunk, void* base) {
+  constexpr float kInvStd = 1.0f / 37837.2273f;  // sqrt((65536^2 - 1) / 3)
+  SynthChunk c;
+  const int64_t begin = chunk * kChunk;
+  c.seed = chunk_seed(stream, chunk);
+  c.dst = static_cast<uint8_t*>(base) + dtype_bytes(dtype, size_t(begin));
+  c.count = std::min(n, begin + kChunk) - begin;
+  c.dtype = dtype;
+  c.offset = init.a;
+  switch (init.kind) {
+    case SynthInit::kNormal:
+      c.values = SynthValues::kIrwinHall;
+      c.scale = init.b * kInvStd;
+      break;
+    case SynthInit::kUniform:
+    case SynthInit::kLogUniform:
+      c.values = init.kind == SynthInit::kUniform ? SynthValues::kUniform : SynthValues::kLogUniform;
+      c.scale = init.b - init.a;
+      break;
+  }
+  return c;
+}
+
 void fill_one_chunk(const SynthInit& init, uint64_t stream, DType dtype, int64_t n, int64_t chunk,
                     void* out) {
-  const int64_t begin = chunk * kChunk;
-  const int64_t end = std::min(n, begin + kChunk);
-  const uint64_t cs = chunk_seed(stream, chunk);
-  switch (dtype) {
-    case DType::kBF16: fill_chunk<DType::kBF16>(init, cs, begin, end, out); break;
-    case DType::kF16: fill_chunk<DType::kF16>(init, cs, begin, end, out); break;
-    default: fill_chunk<DType::kF32>(init, cs, begin, end, out); break;
-  }
+  synth_fill_chunk(make_chunk(init, stream, dtype, n, chunk, out));
 }
 
 SynthInit normal(float std) { return {SynthInit::kNormal, 0.0f, std}; }
@@ -262,8 +209,13 @@ std::vector<SynthTensor> synth_tensors(const SynthSpec& s) {
   // grows by at most ~2x over the whole stack instead of linearly with depth.
   const float res = 1.0f / std::sqrt(2.0f * float(s.num_hidden_layers));
   std::vector<SynthTensor> out;
+  // add: a tensor the model binds as a matrix (ops read it where the weights live); add_host: one
+  // Model::load reads on the host (norms, conv1d, A_log, dt_bias, converted to f32 at bind time).
   auto add = [&](std::string name, std::vector<int64_t> shape, SynthInit init) {
-    out.push_back({std::move(name), std::move(shape), init});
+    out.push_back({std::move(name), std::move(shape), init, false});
+  };
+  auto add_host = [&](std::string name, std::vector<int64_t> shape, SynthInit init) {
+    out.push_back({std::move(name), std::move(shape), init, true});
   };
 
   // Untied: unit-variance embeddings (trained ones are O(1) after the first norm anyway). Tied:
@@ -276,15 +228,15 @@ std::vector<SynthTensor> synth_tensors(const SynthSpec& s) {
   const int64_t conv_dim = 2 * nk * dk + nv * dv;
   for (int64_t i = 0; i < s.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
-    add(p + "input_layernorm.weight", {H}, norm_offset());
+    add_host(p + "input_layernorm.weight", {H}, norm_offset());
     if (s.is_full_attention(i)) {
       const int64_t nh = s.num_attention_heads, nkv = s.num_key_value_heads, hd = s.head_dim;
       add(p + "self_attn.q_proj.weight", {nh * hd * 2, H}, normal(inv_h));  // per head [q | gate]
       add(p + "self_attn.k_proj.weight", {nkv * hd, H}, normal(inv_h));
       add(p + "self_attn.v_proj.weight", {nkv * hd, H}, normal(inv_h));
       add(p + "self_attn.o_proj.weight", {H, nh * hd}, normal(res / std::sqrt(float(nh * hd))));
-      add(p + "self_attn.q_norm.weight", {hd}, norm_offset());
-      add(p + "self_attn.k_norm.weight", {hd}, norm_offset());
+      add_host(p + "self_attn.q_norm.weight", {hd}, norm_offset());
+      add_host(p + "self_attn.k_norm.weight", {hd}, norm_offset());
     } else {
       if (s.is_qwen3_next()) {
         add(p + "linear_attn.in_proj_qkvz.weight", {2 * nk * dk + 2 * nv * dv, H}, normal(inv_h));
@@ -295,15 +247,15 @@ std::vector<SynthTensor> synth_tensors(const SynthSpec& s) {
         add(p + "linear_attn.in_proj_b.weight", {nv, H}, normal(inv_h));
         add(p + "linear_attn.in_proj_a.weight", {nv, H}, normal(inv_h));
       }
-      add(p + "linear_attn.conv1d.weight", {conv_dim, 1, s.linear_conv_kernel_dim}, normal(0.5f));
+      add_host(p + "linear_attn.conv1d.weight", {conv_dim, 1, s.linear_conv_kernel_dim}, normal(0.5f));
       // Decay rates A in [1, 16] as in the Mamba-2/GDN init: a spread of memory lengths.
-      add(p + "linear_attn.A_log", {nv}, {SynthInit::kLogUniform, 1.0f, 16.0f});
-      add(p + "linear_attn.dt_bias", {nv}, uniform(-0.5f, 0.5f));
+      add_host(p + "linear_attn.A_log", {nv}, {SynthInit::kLogUniform, 1.0f, 16.0f});
+      add_host(p + "linear_attn.dt_bias", {nv}, uniform(-0.5f, 0.5f));
       // The gated norm multiplies by w directly (not 1 + w), so it is stored around 1.
-      add(p + "linear_attn.norm.weight", {dv}, uniform(0.9f, 1.1f));
+      add_host(p + "linear_attn.norm.weight", {dv}, uniform(0.9f, 1.1f));
       add(p + "linear_attn.out_proj.weight", {H, nv * dv}, normal(res / std::sqrt(float(nv * dv))));
     }
-    add(p + "post_attention_layernorm.weight", {H}, norm_offset());
+    add_host(p + "post_attention_layernorm.weight", {H}, norm_offset());
     if (s.is_moe()) {
       const int64_t E = s.num_experts, I = s.moe_intermediate_size;
       const int64_t Is = s.shared_expert_intermediate_size;
@@ -321,7 +273,7 @@ std::vector<SynthTensor> synth_tensors(const SynthSpec& s) {
       add(p + "mlp.down_proj.weight", {H, I}, normal(res / std::sqrt(float(I))));
     }
   }
-  add("model.norm.weight", {H}, norm_offset());
+  add_host("model.norm.weight", {H}, norm_offset());
   if (!s.tie_word_embeddings) add("lm_head.weight", {s.vocab_size, H}, normal(kLogitStd * inv_h));
   return out;
 }
@@ -389,43 +341,58 @@ int64_t synth_estimated_bytes(const SynthSpec& spec) {
   return total;
 }
 
-Result<std::unique_ptr<ModelFiles>> synth_in_memory(const SynthSpec& spec, int threads) {
+Result<std::unique_ptr<ModelFiles>> synth_in_memory(const SynthSpec& spec, WeightMemory& memory) {
   WEFT_RETURN_IF_ERROR(synth_validate(spec));
   const std::vector<SynthTensor> ts = synth_tensors(spec);
-  std::vector<std::unique_ptr<uint8_t[]>> memory;
+  std::vector<OwnedBytes> blocks;
   std::unordered_map<std::string, TensorView> views;
-  struct Task {
-    size_t tensor;
-    int64_t chunk;
-  };
-  std::vector<Task> tasks;
-  for (size_t i = 0; i < ts.size(); ++i) {
-    const size_t bytes = dtype_bytes(spec.dtype, size_t(ts[i].numel()));
-    // new[] without value-init (see write_all); new[] of uint8_t is aligned for every dtype.
-    memory.emplace_back(new (std::nothrow) uint8_t[std::max<size_t>(bytes, 1)]);
-    if (!memory.back())
-      return Status::error("out of memory holding the synthetic model (" + std::to_string(bytes) + " bytes for " +
-                           ts[i].name + ")");
+  // Tensors the model reads on the host stay in host memory whatever `memory` is; they are small
+  // (norms, conv1d, A_log, dt_bias: ~1 MB for the 40-layer geometry), so this thread fills them.
+  std::vector<SynthChunk> on_host, in_memory;
+  for (const SynthTensor& t : ts) {
+    const size_t bytes = dtype_bytes(spec.dtype, size_t(t.numel()));
+    const bool host = t.host_read && !memory.host_accessible();
+    if (host) {
+      blocks.push_back(host_bytes(bytes));
+      if (!blocks.back())
+        return Status::error("out of host memory holding the synthetic model (" + std::to_string(bytes) +
+                             " bytes for " + t.name + ")");
+    } else {
+      auto b = memory.allocate(bytes);
+      if (!b.ok())
+        return Status::error("holding the synthetic model in " + std::string(memory.name()) + " (" +
+                             std::to_string(bytes) + " bytes for " + t.name + "): " + b.status().message());
+      blocks.push_back(std::move(b.value()));
+    }
     TensorView v;
     v.dtype = spec.dtype;
-    v.shape = ts[i].shape;
-    v.data = memory.back().get();
+    v.shape = t.shape;
+    v.data = blocks.back().get();
     v.nbytes = bytes;
-    views[ts[i].name] = v;
-    for (int64_t c = 0; c < ceil_div(ts[i].numel(), kChunk); ++c) tasks.push_back({i, c});
+    views[t.name] = v;
+    const uint64_t stream = tensor_stream(spec.seed, t.name);
+    for (int64_t c = 0; c < ceil_div(t.numel(), kChunk); ++c)
+      (host ? on_host : in_memory).push_back(make_chunk(t.init, stream, spec.dtype, t.numel(), c, blocks.back().get()));
   }
-  ThreadPool pool(threads);
-  pool.parallel_for(int64_t(tasks.size()), [&](int64_t k) {
-    const Task& task = tasks[size_t(k)];
-    const SynthTensor& t = ts[task.tensor];
-    fill_one_chunk(t.init, tensor_stream(spec.seed, t.name), spec.dtype, t.numel(), task.chunk,
-                   memory[task.tensor].get());
-  });
+  for (const SynthChunk& c : on_host) synth_fill_chunk(c);
+  WEFT_RETURN_IF_ERROR(memory.fill(in_memory).with_context("generating the synthetic model"));
   int64_t bos, eos;
   synth_token_ids(spec, &bos, &eos);
   nlohmann::json gen = {{"bos_token_id", bos}, {"eos_token_id", eos}, {"transformers_version", "5.17.0"}};
   return ModelFiles::in_memory("synthetic " + spec.preset + " (in memory)", synth_config_json(spec), gen,
-                               std::move(views), std::move(memory));
+                               std::move(views), std::move(blocks));
+}
+
+Result<std::unique_ptr<ModelFiles>> synth_in_memory(const SynthSpec& spec, int threads) {
+  return synth_in_memory(spec, *host_weight_memory(threads));
+}
+
+std::vector<SynthChunk> synth_chunks(const SynthInit& init, uint64_t seed, const std::string& name, DType dtype,
+                                     int64_t n, void* out) {
+  const uint64_t stream = tensor_stream(seed, name);
+  std::vector<SynthChunk> chunks;
+  for (int64_t c = 0; c < ceil_div(n, kChunk); ++c) chunks.push_back(make_chunk(init, stream, dtype, n, c, out));
+  return chunks;
 }
 
 void synth_fill(const SynthInit& init, uint64_t seed, const std::string& name, DType dtype,

@@ -9,6 +9,21 @@
 
 namespace weft {
 
+namespace {
+
+// True for memory cudaMalloc gave out (in this process, on any device); plain host memory, mapped
+// files and pinned host memory are not.
+bool is_device_memory(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();  // older runtimes report unregistered host memory as an error
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice;
+}
+
+}  // namespace
+
 DeviceWeights::~DeviceWeights() {
   for (void* p : allocations_) cudaFree(p);
 }
@@ -41,6 +56,16 @@ Result<std::shared_ptr<DeviceWeights>> DeviceWeights::upload(const WeightSet& se
   auto w = std::make_shared<DeviceWeights>();
   for (const Span& s : merged) {
     const size_t bytes = s.end - s.begin;
+    // Already on the device (a synthetic model generated there: WeightMemory): used in place, no
+    // range recorded (translate returns the address itself), not freed here.
+    const bool first_on_device = is_device_memory(reinterpret_cast<const void*>(s.begin));
+    if (first_on_device != is_device_memory(reinterpret_cast<const void*>(s.end - 1)))
+      return Status::error("a weight range is partly in GPU memory and partly not (" + std::to_string(bytes) +
+                           " bytes)");
+    if (first_on_device) {
+      w->resident_bytes_ += bytes;
+      continue;
+    }
     void* base = nullptr;  // cudaMalloc: 256-byte aligned
     if (cudaError_t e = cudaMalloc(&base, bytes); e != cudaSuccess) {
       cudaGetLastError();

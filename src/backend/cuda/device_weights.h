@@ -9,6 +9,9 @@
 // aligned whatever the host address: safetensors pads its header to 8 bytes only, so a shard's
 // tensors can sit at 8 mod 16 in the file, and a copy that kept that skew would send every product
 // of the shard down the kernels' 4-byte-load path (the same bits, several times slower).
+// Ranges that are GPU memory already (a synthetic model generated there by the CUDA WeightMemory,
+// backend/weight_memory.h) are used in place: no copy, no range, and they stay owned by the
+// ModelFiles that holds them (which frees them); resident_bytes() counts them.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +34,8 @@ class DeviceWeights {
   // The device address of host address `host` inside an uploaded range; `host` itself when it is
   // in none (already device memory, e.g. a scratch buffer).
   const void* translate(const void* host) const;
-  size_t bytes() const { return bytes_; }
+  size_t bytes() const { return bytes_; }            // copied here
+  size_t resident_bytes() const { return resident_bytes_; }  // used in place (already device memory)
 
  private:
   struct Range {
@@ -41,6 +45,7 @@ class DeviceWeights {
   std::map<uintptr_t, Range> ranges_;  // by host start
   std::vector<void*> allocations_;
   size_t bytes_ = 0;
+  size_t resident_bytes_ = 0;
 };
 
 // The upload of `set` for the model whose weights are `key`, shared with other CUDA backends of
