@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Decode-attention round on the GPU machine (issue 11): build only the attention test and
-# microbenchmark, run the test (default kernels; again with the round-6 kernel's plain loop and
-# with the round-4 key-parallel kernel forced), the microbenchmark sweep (default kernel per KV
-# type next to each tiled kernel forced, same run), an Nsight Compute profile of the quantized
-# key-parallel kernel (q8_0, 32K and 128K) when ncu is there, and compute-sanitizer memcheck on
-# the key-parallel seams (--memcheck). One call; few files under $OUT (the machine returns only a
+# microbenchmark, run the test (default kernels; again with the key-parallel kernel's plain loop,
+# with its pipelined loop compiled for 2 blocks per SM as in round 6, and with the key-parallel
+# kernel forced for every type), the microbenchmark sweep (default kernel per KV type next to each
+# tiled kernel forced, same run), an Nsight Compute profile of the key-parallel kernel and its
+# merge (q8_0, 128K) when ncu is there, and compute-sanitizer memcheck on the key-parallel seams
+# (--memcheck). One call; few files under $OUT (the machine returns only a
 # handful): summary.txt, test.log, test-more.log, bench.md, ncu.txt, memcheck.log.
 #
 #   OUT=/some/dir bash tools/gpu/attn-bench.sh [--no-ncu] [--memcheck]
@@ -39,7 +40,7 @@ stamp built
 timeout 240 "$BUILD/attention_cuda_test" --gtest_color=no > "$OUT/test.log" 2>&1
 stamp "test rc $?: $(passfail "$OUT/test.log")"
 grep -E 'Failure|Expected|Which is|differ|error' "$OUT/test.log" | head -20 | tee -a "$SUM"
-for v in "WEFT_CUDA_ATTN_PIPELINE=0" "WEFT_CUDA_ATTN_KERNEL=keys4"; do
+for v in "WEFT_CUDA_ATTN_PIPELINE=0" "WEFT_CUDA_ATTN_PIPE3=0" "WEFT_CUDA_ATTN_KERNEL=keys"; do
   echo "=== $v" >> "$OUT/test-more.log"
   env "$v" timeout 120 "$BUILD/attention_cuda_test" --gtest_color=no \
     --gtest_filter='*Match*:*Bits*:*Determ*' >> "$OUT/test-more.log" 2>&1
@@ -49,13 +50,15 @@ timeout 200 "$BUILD/attention_cuda_bench" --sweep --repeats 21 > "$OUT/bench.md"
 stamp "bench rc $?"
 NCU_BIN=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 if [ "$NCU" = 1 ] && [ -n "$NCU_BIN" ]; then
-  # Launches of the qkeys kernel per depth: default (warm-up + 1) and forced key-parallel (2).
-  for cfg in "32768 5" "131072 13"; do
-    set -- $cfg
-    echo "=== ncu q8_0 depth $1" >> "$OUT/ncu.txt"
-    timeout 60 "$NCU_BIN" --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
-      --section WarpStateStats --section SchedulerStats --section InstructionStats --section SourceCounters \
-      -k regex:qkeys_kernel --launch-skip "$2" -c 1 "$BUILD/attention_cuda_bench" --type q8_0 --max-depth "$1" \
+  # Launches of the qkeys (and qmerge) kernel per depth with --repeats 1: default (warm-up + 1),
+  # forced key-parallel (2), forced round-6 shape (2); depths 8K, 32K, 64K, 128K: 128K's default
+  # measured launch is #19, the round-6 one #23.
+  for k in "qkeys_kernel 19 5" "qmerge_kernel 19 1"; do
+    set -- $k
+    echo "=== ncu $1 q8_0 depth 128K (launches $2 + $3)" >> "$OUT/ncu.txt"
+    timeout 90 "$NCU_BIN" --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
+      --section WarpStateStats --section SchedulerStats --section InstructionStats \
+      -k "regex:$1" --launch-skip "$2" -c "$3" "$BUILD/attention_cuda_bench" --type q8_0 --max-depth 131072 \
       --repeats 1 >> "$OUT/ncu.txt" 2>&1
     stamp "ncu $1 rc $?"
   done
