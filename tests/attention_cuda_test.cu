@@ -85,13 +85,13 @@ const bool kKernelForced = [] {
   cuda::detail::set_split_tuning(t);
   return true;
 }();
-// WEFT_CUDA_ATTN_PIPE3=0: the pipelined loop compiled for 2 blocks per SM everywhere (round 6),
-// not for 3 where it fits (the same bits; both must pass everything).
-const bool kPipe2 = [] {
+// WEFT_CUDA_ATTN_PIPE3=1: the pipelined loop compiled for 3 blocks per SM where it fits (a
+// launch shape that lost, kept for the sweep; the same bits; both must pass everything).
+const bool kPipe3 = [] {
   const char* e = std::getenv("WEFT_CUDA_ATTN_PIPE3");
-  if (!e || std::string(e) != "0") return false;
+  if (!e || std::string(e) != "1") return false;
   cuda::detail::SplitTuning t = cuda::detail::split_tuning();
-  t.qkeys_pipe3 = false;
+  t.qkeys_pipe3 = true;
   cuda::detail::set_split_tuning(t);
   return true;
 }();
@@ -261,8 +261,14 @@ double gpu_bound(DType k, DType v) {
   return quant ? 3e-3 : 1e-4;
 }
 // GPU vs the CPU's kernel: the CPU quantizes the query to q8 for quantized K (attention_quant.h:
-// up to 2e-2 against float64), so the bound is the CPU's.
-double cpu_kernel_bound(DType k) { return k == DType::kF16 ? 1e-4 : 2.5e-2; }
+// up to 2e-2 against float64), so the bound is the CPU's. With an f16 K and a quantized V the GPU
+// rounds each q·d of V and each P to f16 (2^-11 relative at most, ~2^-12 typical) where the CPU
+// keeps f32: a context of a few hundred keys (or one key that dominates) leaves up to ~7e-4 of
+// max|v| of that (measured 1.5e-4 at 65..337 keys), so 1e-3; f16 K and V: 1e-4.
+double cpu_kernel_bound(DType k, DType v) {
+  if (k != DType::kF16) return 2.5e-2;
+  return v != DType::kF16 ? 1e-3 : 1e-4;
+}
 
 struct Case {
   int64_t ctx, hd, n_kv, group, page_tokens;
@@ -291,7 +297,7 @@ std::vector<float> check_case(const Case& c, int64_t T, std::mt19937_64& rng, co
   EXPECT_LE(e_ref, gpu_bound(c.k, c.v)) << describe(c, T) << " (vs float64)";
   if (c.k != DType::kF32 && c.v != DType::kF32 && c.hd % 32 == 0) {
     const auto cpu = cpu_attention(L, q, T, pos0, n_heads, false);
-    EXPECT_LE(rel_error(gpu, cpu, L.v), cpu_kernel_bound(c.k)) << describe(c, T) << " (vs the CPU kernel)";
+    EXPECT_LE(rel_error(gpu, cpu, L.v), cpu_kernel_bound(c.k, c.v)) << describe(c, T) << " (vs the CPU kernel)";
   }
   return gpu;
 }

@@ -2,11 +2,9 @@
 // compiled kernel of a call (attention_qkeys_kernel.cuh, instantiated per K type in
 // attention_qkeys_k{f16,q8,q4}.cu), sizes its launch, and folds the split partials.
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <stdexcept>
-#include <string>
 #include <tuple>
 #include <vector>
 
@@ -107,16 +105,11 @@ __global__ void __launch_bounds__(32 * kMergeWarps) qmerge_kernel(const __grid_c
 // ---- Host side ----
 
 
-// Blocks per SM the pipelined loop is compiled for: 3 where its head_dim-256 code fits 168
-// registers without spilling (a quantized K with a q8_0 V: 157-168 registers, by ptxas -v; q4_0
-// V and f16 K need ~220), else 2. WEFT_CUDA_ATTN_PIPE3=0 in the environment keeps 2 everywhere
-// (round 6's kernel: the before arm of an end-to-end run; the same bits either way).
+// Blocks per SM the pipelined loop is compiled for: 2, or with SplitTuning::qkeys_pipe3 3 where
+// its head_dim-256 code fits 168 registers without spilling (a quantized K with a q8_0 V: 157-168
+// registers, by ptxas -v; q4_0 V and f16 K need ~220).
 int pipelined_blocks_of(int kt, int vt, const SplitTuning& t) {
-  static const bool env_off = [] {
-    const char* e = std::getenv("WEFT_CUDA_ATTN_PIPE3");
-    return e != nullptr && std::string(e) == "0";
-  }();
-  return t.qkeys_pipe3 && !env_off && kt != kKvF16 && vt == kKvQ8 ? 3 : 2;
+  return t.qkeys_pipe3 && kt != kKvF16 && vt == kKvQ8 ? 3 : 2;
 }
 
 Config config_of(const AttentionCall& call) {
