@@ -87,6 +87,16 @@ const bool kKernelForced = [] {
 }();
 // WEFT_CUDA_ATTN_PIPE3=1: the pipelined loop compiled for 3 blocks per SM where it fits (a
 // launch shape that lost, kept for the sweep; the same bits; both must pass everything).
+// WEFT_CUDA_ATTN_VWORDS=0: a q8_0 V read as 16-bit byte pairs in the pipelined loop too (round
+// 6), not as words (the same bits; both must pass everything).
+const bool kVBytePairs = [] {
+  const char* e = std::getenv("WEFT_CUDA_ATTN_VWORDS");
+  if (!e || std::string(e) != "0") return false;
+  cuda::detail::SplitTuning t = cuda::detail::split_tuning();
+  t.qkeys_vwords = false;
+  cuda::detail::set_split_tuning(t);
+  return true;
+}();
 const bool kPipe3 = [] {
   const char* e = std::getenv("WEFT_CUDA_ATTN_PIPE3");
   if (!e || std::string(e) != "1") return false;
@@ -561,21 +571,25 @@ TEST(AttentionCuda, PipelinedLoopEqualsPlainLoop) {
     auto L = make_layer(p.ctx, p.n_kv, p.hd, p.k, p.v, p.page, rng);
     const int64_t n_heads = p.n_kv * p.group;
     const auto q = random_q(p.T, n_heads, p.hd, rng);
-    std::vector<float> out[3];
-    for (int pipe = 0; pipe < 3; ++pipe) {  // plain; pipelined for 2 blocks/SM; for 3 where it fits
+    // plain; pipelined (q8_0 V at head_dim 256: read as words); for 3 blocks/SM where it fits;
+    // with V read as byte pairs.
+    const char* names[4] = {"plain", "pipelined", "pipelined for 3 blocks/SM", "pipelined, V as byte pairs"};
+    std::vector<float> out[4];
+    for (int pipe = 0; pipe < 4; ++pipe) {
       cuda::detail::SplitTuning t = saved;
       t.keys_quant = true;
       t.qkeys_pipelined = pipe >= 1;
       t.qkeys_pipe3 = pipe == 2;
+      t.qkeys_vwords = pipe != 3;
       cuda::detail::set_split_tuning(t);
       out[pipe] = gpu_attention(*L, q, p.T, p.ctx - p.T, n_heads);
     }
     cuda::detail::set_split_tuning(saved);
-    for (int pipe = 1; pipe < 3; ++pipe) {
+    for (int pipe = 1; pipe < 4; ++pipe) {
       EXPECT_FALSE(has_nonfinite(out[pipe]));
       EXPECT_EQ(std::memcmp(out[0].data(), out[pipe].data(), out[0].size() * 4), 0)
           << "ctx " << p.ctx << " hd " << p.hd << " K " << type_name(p.k) << " V " << type_name(p.v) << " T "
-          << p.T << ": plain loop and pipelined loop (" << (pipe == 2 ? "3" : "2") << " blocks/SM) differ";
+          << p.T << ": the plain loop and the " << names[pipe] << " loop differ";
     }
   }
 }

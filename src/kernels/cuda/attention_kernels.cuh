@@ -70,6 +70,10 @@ struct SplitTuning {
   // checks it). Measured slower at every depth (issue 11 round 7: q8_0 65.1 vs 60.8 µs at 128K),
   // so off; kept as a launch shape for the benchmark's sweep.
   bool qkeys_pipe3 = false;
+  // The pipelined loop reads a q8_0 V (head_dim 256) as words realigned by a byte permute instead
+  // of as 16-bit byte pairs (issue 11 round 7: half the shared loads and wavefronts); the same
+  // values: the same bits (the pipelined-vs-plain test checks it).
+  bool qkeys_vwords = true;
   // The round-6 kernel's partials are folded by its own copy of the merge kernel, launched with
   // programmatic dependent launch when cuda::pdl_enabled() (the same fold, the same bits); false:
   // the split kernels' merge kernel, plain launch.

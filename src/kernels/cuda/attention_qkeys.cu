@@ -115,12 +115,14 @@ int pipelined_blocks_of(int kt, int vt, const SplitTuning& t) {
 Config config_of(const AttentionCall& call) {
   const int64_t rows = call.args.T * (call.args.n_heads / call.kv.n_kv_heads);
   const int hd = int(call.kv.head_dim), kt = kv_type_of(call.kv.k_type), vt = kv_type_of(call.kv.v_type);
-  if (rows > kMaxRowsPartial) return {hd, 1, kt, vt, true, 0};  // prefill: fold in-block
+  if (rows > kMaxRowsPartial) return {hd, 1, kt, vt, true, 0, false};  // prefill: fold in-block
   // The pipelined loop for one n-tile of rows (decode); two n-tiles (verify) keep the plain one
   // (their registers leave no room for two sub-tiles in flight).
   const SplitTuning t = split_tuning();
   const bool pipe = rows <= 8 && t.qkeys_pipelined;
-  return {hd, rows <= 8 ? 1 : 2, kt, vt, false, !pipe ? 0 : pipelined_blocks_of(kt, vt, t)};
+  const int blocks = !pipe ? 0 : pipelined_blocks_of(kt, vt, t);
+  const bool vw = blocks == 2 && t.qkeys_vwords && hd == 256 && kt != kKvF16 && vt == kKvQ8;
+  return {hd, rows <= 8 ? 1 : 2, kt, vt, false, blocks, vw};
 }
 
 int64_t n_splits_of(const AttentionCall& call) {

@@ -354,7 +354,9 @@ __host__ __device__ constexpr int plain_blocks(int kt, int vt) { return kt == kK
 // PIPE != 0: the software-pipelined loop (see the top comment), compiled for PIPE blocks per SM;
 // PIPE == 0: one sub-tile after the other through a ring of `stages` K+V slots. Both run the same
 // arithmetic in the same order: same bits.
-template <int HD, int NT, bool FOLD, int KT, int VT, int PIPE>
+// VW (round 7; q8_0 V, head_dim 256, the pipelined loop): the V bytes read as words, realigned
+// by a byte permute (half the shared loads of the byte-pair reads, the same values: the same bits).
+template <int HD, int NT, bool FOLD, int KT, int VT, int PIPE, bool VW = false>
 // Registers: plain_blocks for the plain loop; for the pipelined
 // one (two sub-tiles in flight need ~170-225 registers) 2, or 3 where its code fits 168 registers
 // without spills (q8_0 V: pipelined_blocks_of); 1 for two n-tiles.
@@ -515,6 +517,9 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? (PIPE ? PIPE : plain_block
   const int v_off = VF16 ? (lane % 8 + 8 * (lane / 16)) * VSB + 16 * ((lane / 8) % 2)
                          : 2 * tig * VSB + lane_base<VT>(v_first);
   const int v_doff = 2 * tig * VSB + (VT == kKvQ8 ? 34 : 18) * (v_first / 32);
+  // VW: the word at or below the lane's block start, and the permutes that realign it (above).
+  const int v_w = 2 * tig * VSB + ((34 * gid) & ~3);
+  const uint32_t v_zsel = gid & 1 ? 0x7654 : 0x5432, v_dsel = gid & 1 ? 0x7632 : 0x5410;
   const int qb_row = lane % 8, qb_col = (lane / 8) * 8;
 
   float o[MT][NT][4];
@@ -622,6 +627,43 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? (PIPE ? PIPE : plain_block
   // the same order per accumulator as scores() then pv()).
   auto scores_and_pv = [&](const uint8_t* ks, float (*sacc)[SCH][4], const uint8_t* vs, uint32_t (*pb)[PBW]) {
     scores_zero(sacc);
+    if constexpr (VW) {
+      static_assert(VT == kKvQ8 && HD == 256, "word reads of V: one q8_0 block per lane");
+      // Lane gid's block of keys A, B, C, D (rows 2tig, +1, +8, +9) from the word at or below its
+      // start: words w0..w8 cover it (scale, 32 bytes); even gid: the scale is the low half of w0,
+      // the bytes start 2 in; odd gid: the scale is w0's high half, the bytes are w1..w8. Step jj
+      // needs bytes 4jj..4jj+3 of each row: z = permute(w_jj, w_jj+1) (the same bytes the
+      // byte-pair reads give, so the same fragments).
+      const uint8_t* wr[4] = {vs + v_w, vs + v_w + VSB, vs + v_w + 8 * VSB, vs + v_w + 9 * VSB};
+      uint32_t wp[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) wp[r] = *reinterpret_cast<const uint32_t*>(wr[r]);
+      __half2 d[2];
+      d[0] = u32_as_half2(__byte_perm(wp[0], wp[1], v_dsel));
+      d[1] = u32_as_half2(__byte_perm(wp[2], wp[3], v_dsel));
+      const __half2 bias = __float2half2_rn(1152.0f);
+#pragma unroll
+      for (int k2 = 0; k2 < KS / 2; ++k2) {
+        scores_step(ks, k2, sacc);
+        uint32_t z[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const uint32_t wn = *reinterpret_cast<const uint32_t*>(wr[r] + 4 * (k2 + 1));
+          z[r] = __byte_perm(wp[r], wn, v_zsel);
+          wp[r] = wn;
+        }
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const uint32_t sel = i ? 0x7632 : 0x5410;
+          const uint32_t xab = __byte_perm(z[0], z[1], sel), xcd = __byte_perm(z[2], z[3], sel);
+          const uint32_t a[4] = {hsub_hmul(q8_pair(xab), bias, d[0]), hsub_hmul(q8_pair(xab >> 8), bias, d[0]),
+                                 hsub_hmul(q8_pair(xcd), bias, d[1]), hsub_hmul(q8_pair(xcd >> 8), bias, d[1])};
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) mma16816(o[2 * k2 + i][nt], a, pb[nt][0], pb[nt][1]);
+        }
+      }
+      return;
+    }
     __half2 d[2];
     v_scales(vs, d);
 #pragma unroll
@@ -903,8 +945,9 @@ struct Config {
   int hd, nt, kt, vt;
   bool fold;
   int pipe;  // 0: the plain loop; 2 or 3: the pipelined loop compiled for that many blocks per SM
+  bool vw;   // the pipelined loop reads q8_0 V as words (head_dim 256)
   bool operator==(const Config& o) const {
-    return hd == o.hd && nt == o.nt && fold == o.fold && kt == o.kt && vt == o.vt && pipe == o.pipe;
+    return hd == o.hd && nt == o.nt && fold == o.fold && kt == o.kt && vt == o.vt && pipe == o.pipe && vw == o.vw;
   }
 };
 
@@ -912,9 +955,13 @@ using KernelFn = void (*)(QLaunch);
 
 template <int KT, int VT>
 KernelFn kernel_types(const Config& cfg) {
-#define WEFT_QKEYS_CASE(HD_, NT_, FOLD_, PIPE_)                                     \
-  if (cfg.hd == HD_ && cfg.nt == NT_ && cfg.fold == FOLD_ && cfg.pipe == PIPE_) { \
-    return qkeys_kernel<HD_, NT_, FOLD_, KT, VT, PIPE_>;                           \
+#define WEFT_QKEYS_CASE(HD_, NT_, FOLD_, PIPE_)                                                  \
+  if (cfg.hd == HD_ && cfg.nt == NT_ && cfg.fold == FOLD_ && cfg.pipe == PIPE_ && !cfg.vw) {   \
+    return qkeys_kernel<HD_, NT_, FOLD_, KT, VT, PIPE_>;                                        \
+  }
+  if constexpr (KT != kKvF16 && VT == kKvQ8) {
+    if (cfg.hd == 256 && cfg.nt == 1 && !cfg.fold && cfg.pipe == 2 && cfg.vw)
+      return qkeys_kernel<256, 1, false, KT, VT, 2, true>;
   }
 #define WEFT_QKEYS_CASES(HD_)                                                          \
   WEFT_QKEYS_CASE(HD_, 1, false, 0) WEFT_QKEYS_CASE(HD_, 2, false, 0)                  \
