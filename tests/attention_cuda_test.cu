@@ -87,13 +87,13 @@ const bool kKernelForced = [] {
 }();
 // WEFT_CUDA_ATTN_PIPE3=1: the pipelined loop compiled for 3 blocks per SM where it fits (a
 // launch shape that lost, kept for the sweep; the same bits; both must pass everything).
-// WEFT_CUDA_ATTN_VWORDS=0: a q8_0 V read as 16-bit byte pairs in the pipelined loop too (round
-// 6), not as words (the same bits; both must pass everything).
-const bool kVBytePairs = [] {
+// WEFT_CUDA_ATTN_VWORDS=1: a q8_0 V read as words in the pipelined loop (a shape that lost, kept
+// for the sweep), not as 16-bit byte pairs (the same bits; both must pass everything).
+const bool kVWords = [] {
   const char* e = std::getenv("WEFT_CUDA_ATTN_VWORDS");
-  if (!e || std::string(e) != "0") return false;
+  if (!e || std::string(e) != "1") return false;
   cuda::detail::SplitTuning t = cuda::detail::split_tuning();
-  t.qkeys_vwords = false;
+  t.qkeys_vwords = true;
   cuda::detail::set_split_tuning(t);
   return true;
 }();
@@ -571,16 +571,15 @@ TEST(AttentionCuda, PipelinedLoopEqualsPlainLoop) {
     auto L = make_layer(p.ctx, p.n_kv, p.hd, p.k, p.v, p.page, rng);
     const int64_t n_heads = p.n_kv * p.group;
     const auto q = random_q(p.T, n_heads, p.hd, rng);
-    // plain; pipelined (q8_0 V at head_dim 256: read as words); for 3 blocks/SM where it fits;
-    // with V read as byte pairs.
-    const char* names[4] = {"plain", "pipelined", "pipelined for 3 blocks/SM", "pipelined, V as byte pairs"};
+    // plain; pipelined; for 3 blocks/SM where it fits; with a q8_0 V (head_dim 256) read as words.
+    const char* names[4] = {"plain", "pipelined", "pipelined for 3 blocks/SM", "pipelined, V as words"};
     std::vector<float> out[4];
     for (int pipe = 0; pipe < 4; ++pipe) {
       cuda::detail::SplitTuning t = saved;
       t.keys_quant = true;
       t.qkeys_pipelined = pipe >= 1;
       t.qkeys_pipe3 = pipe == 2;
-      t.qkeys_vwords = pipe != 3;
+      t.qkeys_vwords = pipe == 3;
       cuda::detail::set_split_tuning(t);
       out[pipe] = gpu_attention(*L, q, p.T, p.ctx - p.T, n_heads);
     }

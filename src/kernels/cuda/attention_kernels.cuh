@@ -71,9 +71,10 @@ struct SplitTuning {
   // so off; kept as a launch shape for the benchmark's sweep.
   bool qkeys_pipe3 = false;
   // The pipelined loop reads a q8_0 V (head_dim 256) as words realigned by a byte permute instead
-  // of as 16-bit byte pairs (issue 11 round 7: half the shared loads and wavefronts); the same
-  // values: the same bits (the pipelined-vs-plain test checks it).
-  bool qkeys_vwords = true;
+  // of as 16-bit byte pairs (half the shared loads); the same values: the same bits (the
+  // pipelined-vs-plain test checks it). Measured no faster (issue 11 round 7: q8_0 62.1 vs 61.2 µs
+  // at 128K, 27.4 vs 26.7 at 32K), so off; kept as a shape for the benchmark's sweep.
+  bool qkeys_vwords = false;
   // The round-6 kernel's partials are folded by its own copy of the merge kernel, launched with
   // programmatic dependent launch when cuda::pdl_enabled() (the same fold, the same bits); false:
   // the split kernels' merge kernel, plain launch.

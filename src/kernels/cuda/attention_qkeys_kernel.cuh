@@ -354,8 +354,9 @@ __host__ __device__ constexpr int plain_blocks(int kt, int vt) { return kt == kK
 // PIPE != 0: the software-pipelined loop (see the top comment), compiled for PIPE blocks per SM;
 // PIPE == 0: one sub-tile after the other through a ring of `stages` K+V slots. Both run the same
 // arithmetic in the same order: same bits.
-// VW (round 7; q8_0 V, head_dim 256, the pipelined loop): the V bytes read as words, realigned
-// by a byte permute (half the shared loads of the byte-pair reads, the same values: the same bits).
+// VW (round 7; q8_0 V, head_dim 256, the pipelined loop; SplitTuning::qkeys_vwords, off: measured
+// no faster): the V bytes read as words, realigned by a byte permute (half the shared loads of the
+// byte-pair reads, the same values: the same bits).
 template <int HD, int NT, bool FOLD, int KT, int VT, int PIPE, bool VW = false>
 // Registers: plain_blocks for the plain loop; for the pipelined
 // one (two sub-tiles in flight need ~170-225 registers) 2, or 3 where its code fits 168 registers
