@@ -5,9 +5,9 @@
 // the device-to-device copy bandwidth measured in the same run ((read + write bytes) / time),
 // as a Markdown table with the q8_0/f16 and q4_0/f16 time ratios (default kernel per KV type),
 // and the times of the tiled kernels forced (dim-parallel: attention_split.cu, the f16 kernel and
-// the quantized one of round 3; key-parallel: attention_qkeys.cu for quantized K and V (round 6),
-// attention_keys.cu otherwise; and attention_keys.cu for every type: the quantized kernel of
-// round 4) on the same cache in the same run. Every repeat is queued behind
+// the quantized one of round 3; key-parallel: attention_qkeys.cu, the quantized default; and
+// attention_qkeys.cu with a q8_0 V read as words, a shape of round 7 that lost) on the same cache
+// in the same run. Every repeat is queued behind
 // its L2 flush before anything is waited for, so the events time the GPU work, not the host's
 // launch overhead (as in a decode step captured in a CUDA graph).
 // --sweep adds a table of launch shapes (cuda::detail::SplitTuning) at 32K and 128K.
@@ -210,7 +210,7 @@ int main(int argc, char** argv) {
               prop.name, prop.multiProcessorCount, (long long)n_heads, (long long)n_kv, (long long)hd, T, repeats);
   std::printf("Device-to-device copy bandwidth (read + write): %.0f GB/s\n\n", copy_gbs);
   std::printf("| depth | KV type | KV bytes read (MiB) | time (µs) | GB/s | %% of copy BW | time / f16 | "
-              "dim-parallel kernel (µs) | key-parallel kernel (µs) | round-4 key-parallel kernel (µs) |\n");
+              "dim-parallel kernel (µs) | key-parallel kernel (µs) | key-parallel, V as words (µs) |\n");
   std::printf("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int ti = 0; ti < 3; ++ti) {
     const DType t = types[ti];
@@ -258,10 +258,10 @@ int main(int argc, char** argv) {
       // The same call on each tiled kernel (same workspace: both write the same partials).
       const cuda::detail::SplitTuning saved = cuda::detail::split_tuning();
       double forced_us[3];
-      for (int keys = 0; keys < 3; ++keys) {
+      for (int keys = 0; keys < 3; ++keys) {  // dim-parallel, key-parallel, key-parallel with V words
         cuda::detail::SplitTuning f = saved;
         f.keys_quant = f.keys_f16 = keys >= 1;
-        f.qkeys = keys == 1;
+        f.qkeys_vwords = keys == 2;
         cuda::detail::set_split_tuning(f);
         forced_us[keys] = time_us(stream, src, size_t(256) << 20, repeats, [&] { cuda::attention(&c, 1, ws, stream); });
       }
@@ -309,9 +309,12 @@ int main(int argc, char** argv) {
       shapes.push_back({"key-parallel, merge without PDL", d});
       shapes.back().t.keys_quant = shapes.back().t.keys_f16 = true;
       shapes.back().t.qkeys_pdl_merge = false;
-      shapes.push_back({"round-4 key-parallel kernel", d});
+      shapes.push_back({"key-parallel, V as words", d});
       shapes.back().t.keys_quant = shapes.back().t.keys_f16 = true;
-      shapes.back().t.qkeys = false;
+      shapes.back().t.qkeys_vwords = true;
+      shapes.push_back({"key-parallel, pipelined for 3 blocks/SM", d});
+      shapes.back().t.keys_quant = shapes.back().t.keys_f16 = true;
+      shapes.back().t.qkeys_pipe3 = true;
       shapes.push_back({"dim-parallel kernel", d});
       shapes.back().t.keys_quant = shapes.back().t.keys_f16 = false;
       shapes.push_back({"dim-parallel, 4 warps", d});

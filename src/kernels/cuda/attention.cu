@@ -1,5 +1,5 @@
 // CUDA attention: checks each call, picks its kernel (a tiled kernel where it applies, by KV type:
-// attention_qkeys.cu, attention_keys.cu or attention_split.cu; the simple reference kernel
+// attention_qkeys.cu or attention_split.cu; the simple reference kernel
 // otherwise) and hands out the workspace. See attention.cuh.
 #include "kernels/cuda/attention.cuh"
 
@@ -35,13 +35,12 @@ namespace {
 // Bytes are handed out in 256-byte steps so every call's partials start aligned.
 size_t align_up(size_t n) { return (n + 255) & ~size_t(255); }
 
-// The kernel a call takes: the KV types pick it (SplitTuning::keys_quant / keys_f16 / qkeys).
-enum class Route { kQKeys, kKeys, kSplit, kSimple, kNone };
+// The kernel a call takes: the KV types pick it (SplitTuning::keys_quant / keys_f16).
+enum class Route { kQKeys, kSplit, kSimple, kNone };
 Route route_of(const AttentionCall& c) {
   const SplitTuning t = split_tuning();
   const bool quant = c.kv.k_type != DType::kF16 || c.kv.v_type != DType::kF16;
-  if ((quant ? t.keys_quant : t.keys_f16) && t.qkeys && qkeys_supports(c)) return Route::kQKeys;
-  if ((quant ? t.keys_quant : t.keys_f16) && keys_supports(c)) return Route::kKeys;
+  if ((quant ? t.keys_quant : t.keys_f16) && qkeys_supports(c)) return Route::kQKeys;
   if (split_supports(c)) return Route::kSplit;
   if (simple_supports(c)) return Route::kSimple;
   return Route::kNone;
@@ -55,15 +54,14 @@ size_t attention_workspace_bytes(const AttentionCall* calls, int64_t n) {
     if (calls[i].args.T <= 0) continue;
     const Route r = route_of(calls[i]);
     if (r == Route::kQKeys) total += align_up(qkeys_workspace_bytes(calls[i]));
-    else if (r == Route::kKeys) total += align_up(keys_workspace_bytes(calls[i]));
     else if (r == Route::kSplit) total += align_up(split_workspace_bytes(calls[i]));
   }
   return total;
 }
 
 void attention(const AttentionCall* calls, int64_t n, void* workspace, cudaStream_t stream) {
-  std::vector<AttentionCall> split, keys, qkeys;
-  std::vector<size_t> offsets, keys_offsets, qkeys_offsets;
+  std::vector<AttentionCall> split, qkeys;
+  std::vector<size_t> offsets, qkeys_offsets;
   size_t offset = 0;
   for (int64_t i = 0; i < n; ++i) {
     const AttentionCall& c = calls[i];
@@ -74,10 +72,6 @@ void attention(const AttentionCall* calls, int64_t n, void* workspace, cudaStrea
       qkeys.push_back(c);
       qkeys_offsets.push_back(offset);
       offset += align_up(qkeys_workspace_bytes(c));
-    } else if (r == Route::kKeys) {
-      keys.push_back(c);
-      keys_offsets.push_back(offset);
-      offset += align_up(keys_workspace_bytes(c));
     } else if (r == Route::kSplit) {
       split.push_back(c);
       offsets.push_back(offset);
@@ -92,8 +86,6 @@ void attention(const AttentionCall* calls, int64_t n, void* workspace, cudaStrea
   if (!qkeys.empty())
     attention_qkeys(qkeys.data(), qkeys_offsets.data(), int64_t(qkeys.size()), static_cast<uint8_t*>(workspace),
                     stream);
-  if (!keys.empty())
-    attention_keys(keys.data(), keys_offsets.data(), int64_t(keys.size()), static_cast<uint8_t*>(workspace), stream);
   if (!split.empty())
     attention_split(split.data(), offsets.data(), int64_t(split.size()), static_cast<uint8_t*>(workspace), stream);
 }

@@ -37,9 +37,8 @@ size_t attention_workspace_bytes(const AttentionCall* calls, int64_t n);
 // `workspace`: device memory of at least attention_workspace_bytes(calls, n) bytes, not used by
 // anything else until the work on `stream` is done. The kernel is chosen per call by
 // kv.k_type / kv.v_type: f16 K and V take the dim-parallel split kernel (attention_split.cu);
-// quantized K and V (q8_0 / q4_0, either mix) the key-parallel kernel of attention_qkeys.cu; a
-// quantized K or V mixed with f16 the round-4 key-parallel kernel (attention_keys.cu); anything
-// else (an f32 cache, a page size that is not a multiple of 32, another head size) a simple
+// a quantized K or V (q8_0 / q4_0, any mix, with f16 too) the key-parallel kernel of
+// attention_qkeys.cu, compiled per K/V type pair; anything else (an f32 cache, a page size that is not a multiple of 32, another head size) a simple
 // reference kernel.
 //
 // FROZEN: the f16 decode kernel (the dim-parallel split kernel with its default launch shape, and

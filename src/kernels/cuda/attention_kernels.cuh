@@ -1,5 +1,5 @@
 // Internal interface between the attention dispatcher (attention.cu) and its kernels
-// (attention_simple.cu, attention_split.cu, attention_keys.cu). Host functions only.
+// (attention_simple.cu, attention_split.cu, attention_qkeys.cu). Host functions only.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -26,18 +26,10 @@ size_t split_workspace_bytes(const AttentionCall& c);
 void attention_split(const AttentionCall* calls, const size_t* offsets, int64_t n, uint8_t* workspace,
                      cudaStream_t stream);
 
-// The key-parallel split kernel (attention_keys.cu): f16 / q8_0 / q4_0 K and V (any mix), head_dim
-// 64, 128 or 256, any GQA group, page_tokens % 32 == 0, page bases 16-byte aligned. Same split
-// size, partial layout and fold tree as the split kernel, other bits (another kernel).
-bool keys_supports(const AttentionCall& c);
-size_t keys_workspace_bytes(const AttentionCall& c);
-void attention_keys(const AttentionCall* calls, const size_t* offsets, int64_t n, uint8_t* workspace,
-                    cudaStream_t stream);
-
-// The quantized key-parallel kernel (attention_qkeys.cu, issue 11 round 6): q8_0 / q4_0 K and V
-// (either mix of the two), head_dim 64, 128 or 256, any GQA group, page_tokens % 32 == 0. The
-// round-4 kernel's work split, fold tree and partial layout, compiled per K/V type with shorter
-// instruction streams; other bits (another kernel).
+// The key-parallel kernel (attention_qkeys.cu, issue 11 rounds 6-7): f16 / q8_0 / q4_0 K and V
+// (any mix; compiled per K/V type pair), head_dim 64, 128 or 256, any GQA group, page_tokens %
+// 32 == 0, page bases 16-byte aligned. Same split size, partial layout and fold tree as the split
+// kernel, other bits (another kernel). It replaced round 4's attention_keys.cu in round 7.
 bool qkeys_supports(const AttentionCall& c);
 size_t qkeys_workspace_bytes(const AttentionCall& c);
 void attention_qkeys(const AttentionCall* calls, const size_t* offsets, int64_t n, uint8_t* workspace,
@@ -62,20 +54,27 @@ struct SplitTuning {
   // the dot products (another, equally deterministic kernel), so it is not a launch shape.
   bool direct = true;
   // Which tiled kernel a call takes (the KV types select it; the flag keeps the other reachable
-  // for benchmarks and tests): the key-parallel kernel (attention_keys.cu) for calls with a
+  // for benchmarks and tests): the key-parallel kernel (attention_qkeys.cu) for calls with a
   // quantized K or V (keys_quant) and for f16 K and V (keys_f16); otherwise the dim-parallel
-  // split kernel. max_stages, smem_target and blocks_per_sm apply to both.
+  // split kernel. max_stages applies to both.
   // The f16 default is the dim-parallel kernel (faster for f16 rows, measured side by side in
   // docs/results.md section 9), frozen as the strict f16 decode kernel.
   bool keys_quant = true;
   bool keys_f16 = false;
-  // Calls whose K and V are both quantized take the round-6 kernel (attention_qkeys.cu) when the
-  // key-parallel kernel is chosen; false keeps them on the round-4 one (benchmarks, tests).
-  bool qkeys = true;
   // The round-6 kernel's decode / verify calls run its software-pipelined loop (scores of sub-tile
   // j next to Oᵀ += Vᵀ·Pᵀ of j - 1); false runs one sub-tile after the other. The same arithmetic
   // in the same order: the same bits (a test checks it).
   bool qkeys_pipelined = true;
+  // The pipelined loop compiled for 3 blocks per SM (168 registers) where it fits without spills
+  // (quantized K, q8_0 V); false: for 2 blocks per SM. The same arithmetic: the same bits (a test
+  // checks it). Measured slower at every depth (issue 11 round 7: q8_0 65.1 vs 60.8 µs at 128K),
+  // so off; kept as a launch shape for the benchmark's sweep.
+  bool qkeys_pipe3 = false;
+  // The pipelined loop reads a q8_0 V (head_dim 256) as words realigned by a byte permute instead
+  // of as 16-bit byte pairs (half the shared loads); the same values: the same bits (the
+  // pipelined-vs-plain test checks it). Measured no faster (issue 11 round 7: q8_0 62.1 vs 61.2 µs
+  // at 128K, 27.4 vs 26.7 at 32K), so off; kept as a shape for the benchmark's sweep.
+  bool qkeys_vwords = false;
   // The round-6 kernel's partials are folded by its own copy of the merge kernel, launched with
   // programmatic dependent launch when cuda::pdl_enabled() (the same fold, the same bits); false:
   // the split kernels' merge kernel, plain launch.

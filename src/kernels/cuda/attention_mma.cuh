@@ -1,4 +1,4 @@
-// Device helpers of the tiled attention kernels (attention_split.cu, attention_keys.cu): the PTX
+// Device helpers of the tiled attention kernels (attention_split.cu, attention_qkeys.cu): the PTX
 // wrappers (cp.async, ldmatrix, movmatrix, mma.m16n8k16) and the integer tricks that turn
 // q8_0 / q4_0 bytes into scaled f16 pairs. Inline device functions only.
 #pragma once
