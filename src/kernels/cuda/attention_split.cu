@@ -1,6 +1,6 @@
 // The dim-parallel tiled split attention kernel (flash-decoding) for f16, q8_0 and q4_0 KV caches.
 // FROZEN for f16 K and V (the strict f16 decode kernel, attention.cuh); quantized caches take
-// the key-parallel kernel (attention_keys.cu) by default and reach this one only through
+// the key-parallel kernel (attention_qkeys.cu) by default and reach this one only through
 // SplitTuning::keys_quant = false (benchmarks, tests).
 //
 // Work split. The keys of a call are cut into splits of kAttnSplitKeys (fixed). One thread block
