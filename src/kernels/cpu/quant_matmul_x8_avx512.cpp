@@ -168,7 +168,7 @@ inline __m256i int16_pair_mask(int a, int b) {
 void dot_groups_one_q6_K(const uint8_t* w, size_t row_bytes, int64_t groups, const BlockQ8_K* xb, int64_t K,
                          float* out) {
   constexpr size_t kColumn = kX8GroupRows * sizeof(BlockQ6_K);
-  constexpr size_t kScales = 16, kQl = kScales + 128, kQh = kQl + 32 * 32;
+  constexpr size_t kScales = 16, kCodes = kScales + 128;  // codes: 96 bytes per (h, j)
   const __m256i same[2] = {int16_pair_mask(0, 0), int16_pair_mask(4, 4)};  // (sc[2g+u], sc[2g+u])
   const __m256i both = int16_pair_mask(0, 4);                               // (sc[2j], sc[2j+1])
   const int64_t nb = K / kQK_K;
@@ -204,8 +204,8 @@ void dot_groups_one_q6_K(const uint8_t* w, size_t row_bytes, int64_t groups, con
           for (int jj = 0; jj < 4; ++jj) {
             const int j = 4 * u + jj;
             __m256i q[4];
-            q6_codes(load32(col + kQl + 32 * (16 * h + j)), load32(col + kQl + 32 * (16 * h + 8 + j)),
-                     load32(col + kQh + 32 * (8 * h + j)), q);
+            const uint8_t* qp = col + kCodes + 96 * (8 * h + j);
+            q6_codes(load32(qp), load32(qp + 32), load32(qp + 64), q);
             const int8_t* xa = x.qs + 128 * h + 4 * j;
 #pragma GCC unroll 4
             for (int i = 0; i < 4; ++i) {
@@ -286,7 +286,7 @@ void dot_group_tile_k4(const uint8_t* col, const BlockQ8_K* const* xb, int64_t K
 template <int C>
 void dot_group_tile_q6_K(const uint8_t* col, const BlockQ8_K* const* xb, int64_t K, float* out, int64_t ldo) {
   constexpr size_t kColumn = kX8GroupRows * sizeof(BlockQ6_K);
-  constexpr size_t kScales = 16, kQl = kScales + 128, kQh = kQl + 32 * 32;
+  constexpr size_t kScales = 16, kCodes = kScales + 128;  // codes: 96 bytes per (h, j)
   const __m256i same[2] = {int16_pair_mask(0, 0), int16_pair_mask(4, 4)};
   const __m256i both = int16_pair_mask(0, 4);
   __m256 acc[C][8];
@@ -315,8 +315,8 @@ void dot_group_tile_q6_K(const uint8_t* col, const BlockQ8_K* const* xb, int64_t
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
           __m256i q[4];
-          q6_codes(load32(col + kQl + 32 * (16 * h + j)), load32(col + kQl + 32 * (16 * h + 8 + j)),
-                   load32(col + kQh + 32 * (8 * h + j)), q);
+          const uint8_t* qp = col + kCodes + 96 * (8 * h + j);
+          q6_codes(load32(qp), load32(qp + 32), load32(qp + 64), q);
 #pragma GCC unroll 4
           for (int i = 0; i < 4; ++i)
 #pragma GCC unroll 4

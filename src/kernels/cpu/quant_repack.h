@@ -40,8 +40,11 @@
 // q6_K (8 x 210 = 1680 bytes per column): [0, 16) f16 d[r]; [16, 144) the signed scales: entry
 // 16g + 8L + 4u + (r - 4L) = sc_r[2g + u] (g < 8 the 32-value group, u < 2, L = r / 4: one
 // sign-extending load per group gives each 128-bit lane its four rows' two scales as int16);
-// [144, 1168) for k < 32: 32 bytes, bytes 4r..4r+3 = row r's ql[4k .. 4k + 4); [1168, 1680) for
-// k < 16: the same for qh[4k .. 4k + 4).
+// [144, 1680) for half h < 2, position j < 8 (in that order), 96 bytes: three registers whose
+// bytes 4r..4r+3 are row r's ql[64h + 4j ..), ql[64h + 32 + 4j ..) and qh[32h + 4j ..) (the four
+// 32-value groups of half h at positions 4j..4j+3), in the order the kernel reads them: a
+// layout read out of order (ql, then qh, dword by dword) ran at 8 GB/s from L3 or DRAM against
+// 30 from L2, the prefetchers lost.
 // Rows of a matrix past the last whole group (N % 8 of them) stay in the plain layout after the
 // groups, so a row's bytes stay within the matrix's own byte range.
 #pragma once
