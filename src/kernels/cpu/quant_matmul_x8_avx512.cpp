@@ -12,6 +12,10 @@
 // kernels on the plain layout (tests/quant_repack_test.cpp). q8_0 is the same with its contract:
 // register j = the exact block integer I[b][j] of eight rows, one fma per block.
 //
+// q6_K is the same with its contract (quant_matmul.h): S_j starts at the -32 offset term, codes
+// are rebuilt from transposed ql / qh as the one-row kernel rebuilds them (q6_codes), one fma per
+// super-block.
+//
 // Per 32-byte code register (four codes of eight rows, low nibbles one sub-block, high nibbles
 // the next): and, shift, and, two vpmaddubsw against 4-byte activation broadcasts, two vpdpwssd
 // against the sub-block's scales; the scales of a sub-block for all eight rows are one vpshufb
@@ -346,11 +350,12 @@ constexpr int kX8TileTokens = 4;
 template <GgmlType W>
 void dot_groups(const uint8_t* w, size_t row_bytes, int64_t groups, const uint8_t* xq, size_t xq_stride,
                 int64_t ntok, int64_t K, float* out, int64_t ldo) {
-  // Every token passes over one group (8 rows x K: a few KiB, in L1) before the next group.
-  // Prefill this way (quant_bench --t 64, 2048 x 2048, one thread) against the one-row kernel's
-  // 4-token tiles on plain rows: q4_K 3.66 vs 3.87 ms, q8_0 5.19 vs 6.80, q5_K 5.0 vs 4.4 (its
-  // fifth-bit ops are paid per token here, once per tile there); unpacking each group back to
-  // plain rows for the tiles instead was 12-18% slower than plain for all three.
+  // Every token passes over one group (8 rows x K: a few KiB, in L1) before the next group, the
+  // k-quants 4 tokens at a time (dot_group_tile_*), the rest and q8_0 one token at a time.
+  // Prefill (quant_bench --t 64, 2048 x 2048, one thread) against the one-row kernel's 4-token
+  // tiles on plain rows: q4_K 3.75 vs 3.89 ms, q5_K 4.23 vs 4.40 (token by token it was 5.3: the
+  // fifth-bit ops paid per token), q6_K 3.84 vs 3.77, q8_0 5.15 vs 6.79; unpacking each group back
+  // to plain rows for the one-row tiles instead was 12-18% slower than plain.
   for (int64_t g = 0; g < groups; ++g) {
     const uint8_t* wg = w + size_t(g) * kX8GroupRows * row_bytes;
     int64_t t = 0;
