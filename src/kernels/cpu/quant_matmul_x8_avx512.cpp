@@ -311,20 +311,28 @@ void dot_group_tile_q6_K(const uint8_t* col, const BlockQ8_K* const* xb, int64_t
     auto scales = [&](int grp) {
       return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(col + kScales + 16 * grp)));
     };
-    for (int u = 0; u < 2; ++u) {
-      __m256i sp[8];
-#pragma GCC unroll 8
-      for (int grp = 0; grp < 8; ++grp) sp[grp] = _mm256_shuffle_epi8(scales(grp), same[u]);
-      for (int jj = 0; jj < 4; ++jj) {
-        const int j = 4 * u + jj;
-        const __m256i mpair = _mm256_shuffle_epi8(scales(j), both);
-        __m256i S[C];
-#pragma GCC unroll 4
-        for (int t = 0; t < C; ++t)
-          S[t] = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                  _mm256_slli_epi32(_mm256_madd_epi16(mpair, bcast32(xb[t][b].bsums + 2 * j)), 5));
+    // Half 0's sums wait in `half0` while half 1 is read: the column is read in storage order.
+    __m256i half0[8][C];
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 2
+      for (int u = 0; u < 2; ++u) {
+        __m256i sp[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) sp[i] = _mm256_shuffle_epi8(scales(4 * h + i), same[u]);
+        for (int jj = 0; jj < 4; ++jj) {
+          const int j = 4 * u + jj;
+          __m256i S[C];
+          if (h == 0) {
+            const __m256i mpair = _mm256_shuffle_epi8(scales(j), both);
+#pragma GCC unroll 4
+            for (int t = 0; t < C; ++t)
+              S[t] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                      _mm256_slli_epi32(_mm256_madd_epi16(mpair, bcast32(xb[t][b].bsums + 2 * j)), 5));
+          } else {
+#pragma GCC unroll 4
+            for (int t = 0; t < C; ++t) S[t] = half0[j][t];
+          }
           __m256i q[4];
           const uint8_t* qp = col + kCodes + 96 * (8 * h + j);
           q6_codes(load32(qp), load32(qp + 32), load32(qp + 64), q);
@@ -333,10 +341,13 @@ void dot_group_tile_q6_K(const uint8_t* col, const BlockQ8_K* const* xb, int64_t
 #pragma GCC unroll 4
             for (int t = 0; t < C; ++t)
               S[t] = _mm256_dpwssd_epi32(S[t], _mm256_maddubs_epi16(q[i], bcast32(xb[t][b].qs + 128 * h + 32 * i + 4 * j)),
-                                         sp[4 * h + i]);
-        }
+                                         sp[i]);
 #pragma GCC unroll 4
-        for (int t = 0; t < C; ++t) acc[t][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[t]), dv[t], acc[t][j]);
+          for (int t = 0; t < C; ++t) {
+            if (h == 0) half0[j][t] = S[t];
+            else acc[t][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[t]), dv[t], acc[t][j]);
+          }
+        }
       }
     }
   }
