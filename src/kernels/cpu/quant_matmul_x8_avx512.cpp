@@ -364,8 +364,8 @@ void dot_groups(const uint8_t* w, size_t row_bytes, int64_t groups, const uint8_
   // Every token passes over one group (8 rows x K: a few KiB, in L1) before the next group, the
   // k-quants 4 tokens at a time (dot_group_tile_*), the rest and q8_0 one token at a time.
   // Prefill (quant_bench --t 64, 2048 x 2048, one thread) against the one-row kernel's 4-token
-  // tiles on plain rows: q4_K 3.75 vs 3.89 ms, q5_K 4.23 vs 4.40 (token by token it was 5.3: the
-  // fifth-bit ops paid per token), q6_K 3.84 vs 3.77, q8_0 5.15 vs 6.79; unpacking each group back
+  // tiles on plain rows: q4_K 3.8 vs 3.9 ms, q5_K 4.3-4.4 vs 4.4 (token by token it was 5.1: the
+  // fifth-bit ops paid per token), q6_K 3.7 vs 3.8, q8_0 5.25 vs 6.8; unpacking each group back
   // to plain rows for the one-row tiles instead was 12-18% slower than plain.
   for (int64_t g = 0; g < groups; ++g) {
     const uint8_t* wg = w + size_t(g) * kX8GroupRows * row_bytes;
