@@ -68,11 +68,11 @@ inline void scale_by_tokens(const uint8_t* p, const BlockQ8_K* const* xb, int64_
   for (int t = 0; t < C; ++t) out[t] = _mm256_mul_ps(d, _mm256_set1_ps(xb[t][b].d));
 }
 
-// One token against `groups` groups: out[8g + r]. q5_K adds 16 to a code where its fifth bit
+// One token against one group: out[r]. q5_K adds 16 to a code where its fifth bit
 // (bit s of the row's qh byte for that position) is set: vptestmb + masked vpaddb, as the
 // one-row VNNI kernel does.
 template <GgmlType W>
-void dot_groups_one(const uint8_t* w, size_t row_bytes, int64_t groups, const BlockQ8_K* xb, int64_t K, float* out) {
+void dot_group_one(const uint8_t* col, const BlockQ8_K* xb, int64_t K, float* out) {
   constexpr bool kQ5 = W == GgmlType::kQ5_K;
   constexpr size_t kColumn = kX8GroupRows * (kQ5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K));
   constexpr size_t kCodes = kQ5 ? 128 + 256 : 128;
@@ -80,80 +80,73 @@ void dot_groups_one(const uint8_t* w, size_t row_bytes, int64_t groups, const Bl
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const K4Masks masks;
   const int64_t nb = K / kQK_K;
-  for (int64_t g = 0; g < groups; ++g) {
-    const uint8_t* col = w + size_t(g) * kX8GroupRows * row_bytes;
-    __m256 acc[8];
+  __m256 acc[8];
 #pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b, col += kColumn) {
-      const BlockQ8_K& x = xb[b];
-      const __m256 dx = _mm256_set1_ps(x.d);
-      const __m256 dv = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(col))), dx);
-      const __m256 dminv =
-          _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(col + 16))), dx);
-      __m256i sc[2], mins[2];
-      k4_scales(col, masks, sc, mins);
-      // Two integer accumulators per lane j (chunks 0-1 and 2-3): vpdpwssd chains of 4, not 8.
-      __m256i S[2][8];
+  for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b, col += kColumn) {
+    const BlockQ8_K& x = xb[b];
+    const __m256 dx = _mm256_set1_ps(x.d);
+    const __m256 dv = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(col))), dx);
+    const __m256 dminv =
+        _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(col + 16))), dx);
+    __m256i sc[2], mins[2];
+    k4_scales(col, masks, sc, mins);
+    // Two integer accumulators per lane j (chunks 0-1 and 2-3): vpdpwssd chains of 4, not 8.
+    __m256i S[2][8];
 #pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) S[0][j] = S[1][j] = _mm256_setzero_si256();
-      const uint8_t* codes = col + kCodes;
+    for (int j = 0; j < 8; ++j) S[0][j] = S[1][j] = _mm256_setzero_si256();
+    const uint8_t* codes = col + kCodes;
 #pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) {
-        const __m256i s0 = _mm256_shuffle_epi8(sc[(2 * c) / 4], pair_mask((2 * c) % 4));
-        const __m256i s1 = _mm256_shuffle_epi8(sc[(2 * c + 1) / 4], pair_mask((2 * c + 1) % 4));
-        const int8_t* xa = x.qs + 64 * c;
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; ++j) {
-          const __m256i q = load32(codes + 32 * (8 * c + j));
-          __m256i lo = _mm256_and_si256(q, m4);
-          __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-          if constexpr (kQ5) {
-            const __m256i qh = load32(col + 128 + 32 * j);
-            lo = _mm256_mask_add_epi8(lo, _mm256_test_epi8_mask(qh, _mm256_set1_epi8(char(1 << (2 * c)))), lo, b16);
-            hi = _mm256_mask_add_epi8(hi, _mm256_test_epi8_mask(qh, _mm256_set1_epi8(char(1 << (2 * c + 1)))), hi, b16);
-          }
-          __m256i& s = S[c / 2][j];
-          s = _mm256_dpwssd_epi32(s, _mm256_maddubs_epi16(lo, bcast32(xa + 4 * j)), s0);
-          s = _mm256_dpwssd_epi32(s, _mm256_maddubs_epi16(hi, bcast32(xa + 32 + 4 * j)), s1);
-        }
-      }
+    for (int c = 0; c < 4; ++c) {
+      const __m256i s0 = _mm256_shuffle_epi8(sc[(2 * c) / 4], pair_mask((2 * c) % 4));
+      const __m256i s1 = _mm256_shuffle_epi8(sc[(2 * c + 1) / 4], pair_mask((2 * c + 1) % 4));
+      const int8_t* xa = x.qs + 64 * c;
 #pragma GCC unroll 8
       for (int j = 0; j < 8; ++j) {
-        const __m256i mpair = _mm256_shuffle_epi8(mins[j / 4], pair_mask(j % 4));
-        const __m256i M = _mm256_madd_epi16(mpair, bcast32(x.bsums + 2 * j));  // m[j] * (bsums[2j] + bsums[2j+1])
-        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(S[0][j], S[1][j])), dv, acc[j]);
-        acc[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(M), dminv, acc[j]);
+        const __m256i q = load32(codes + 32 * (8 * c + j));
+        __m256i lo = _mm256_and_si256(q, m4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if constexpr (kQ5) {
+          const __m256i qh = load32(col + 128 + 32 * j);
+          lo = _mm256_mask_add_epi8(lo, _mm256_test_epi8_mask(qh, _mm256_set1_epi8(char(1 << (2 * c)))), lo, b16);
+          hi = _mm256_mask_add_epi8(hi, _mm256_test_epi8_mask(qh, _mm256_set1_epi8(char(1 << (2 * c + 1)))), hi, b16);
+        }
+        __m256i& s = S[c / 2][j];
+        s = _mm256_dpwssd_epi32(s, _mm256_maddubs_epi16(lo, bcast32(xa + 4 * j)), s0);
+        s = _mm256_dpwssd_epi32(s, _mm256_maddubs_epi16(hi, bcast32(xa + 32 + 4 * j)), s1);
       }
     }
-    store_reduced8(acc, out + kX8GroupRows * g);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      const __m256i mpair = _mm256_shuffle_epi8(mins[j / 4], pair_mask(j % 4));
+      const __m256i M = _mm256_madd_epi16(mpair, bcast32(x.bsums + 2 * j));  // m[j] * (bsums[2j] + bsums[2j+1])
+      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(S[0][j], S[1][j])), dv, acc[j]);
+      acc[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(M), dminv, acc[j]);
+    }
   }
+  store_reduced8(acc, out);
 }
 
 // q8_0: per block, register j holds the eight rows' lane j, the exact I[b][j] (vpdpbusd of |w|
 // and sign(x, w) from zero, as the one-row kernel), then acc_j = fma(float(I), dw * dx, acc_j).
-void dot_groups_one_q8_0(const uint8_t* w, size_t row_bytes, int64_t groups, const BlockQ8_0* xb, int64_t K,
-                         float* out) {
+void dot_group_one_q8_0(const uint8_t* col, const BlockQ8_0* xb, int64_t K, float* out) {
   constexpr size_t kColumn = kX8GroupRows * sizeof(BlockQ8_0);
   const int64_t nb = K / kQK32;
-  for (int64_t g = 0; g < groups; ++g) {
-    const uint8_t* col = w + size_t(g) * kX8GroupRows * row_bytes;
-    __m256 acc[8];
+  __m256 acc[8];
 #pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b, col += kColumn) {
-      const __m256 dv = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(col))),
-                                      _mm256_set1_ps(_cvtsh_ss(xb[b].d)));
+  for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b, col += kColumn) {
+    const __m256 dv = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(col))),
+                                    _mm256_set1_ps(_cvtsh_ss(xb[b].d)));
 #pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) {
-        const __m256i q = load32(col + 16 + 32 * j);
-        const __m256i xs = _mm256_sign_epi8(bcast32(xb[b].qs + 4 * j), q);
-        const __m256i isum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(q, q), xs);
-        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dv, acc[j]);
-      }
+    for (int j = 0; j < 8; ++j) {
+      const __m256i q = load32(col + 16 + 32 * j);
+      const __m256i xs = _mm256_sign_epi8(bcast32(xb[b].qs + 4 * j), q);
+      const __m256i isum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(q, q), xs);
+      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dv, acc[j]);
     }
-    store_reduced8(acc, out + kX8GroupRows * g);
   }
+  store_reduced8(acc, out);
 }
 
 // vpshufb mask on a register of int16 scales (per 128-bit lane: entries 0-3 the lane's four rows'
@@ -175,62 +168,58 @@ inline __m256i int16_pair_mask(int a, int b) {
 // dwords exactly as the one-row kernel rebuilds them from its 32-byte loads (position j of ql0,
 // ql1, qh gives four 32-value groups of half h); a group's int16 scales are one vpmovsxbw for the
 // eight rows, the (sc, sc) pairs one vpshufb each.
-void dot_groups_one_q6_K(const uint8_t* w, size_t row_bytes, int64_t groups, const BlockQ8_K* xb, int64_t K,
-                         float* out) {
+void dot_group_one_q6_K(const uint8_t* col, const BlockQ8_K* xb, int64_t K, float* out) {
   constexpr size_t kColumn = kX8GroupRows * sizeof(BlockQ6_K);
   constexpr size_t kScales = 16, kCodes = kScales + 128;  // codes: 96 bytes per (h, j)
   const __m256i same[2] = {int16_pair_mask(0, 0), int16_pair_mask(4, 4)};  // (sc[2g+u], sc[2g+u])
   const __m256i both = int16_pair_mask(0, 4);                               // (sc[2j], sc[2j+1])
   const int64_t nb = K / kQK_K;
-  for (int64_t g = 0; g < groups; ++g) {
-    const uint8_t* col = w + size_t(g) * kX8GroupRows * row_bytes;
-    __m256 acc[8];
+  __m256 acc[8];
 #pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b, col += kColumn) {
-      const BlockQ8_K& x = xb[b];
-      const __m256 dv = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(col))),
-                                      _mm256_set1_ps(x.d));
-      auto scales = [&](int grp) {
-        return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(col + kScales + 16 * grp)));
-      };
-      // Two integer accumulators per lane j (groups 0-1 and 2-3 of each half); the first starts
-      // at the offset term.
-      __m256i S[2][8];
+  for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b, col += kColumn) {
+    const BlockQ8_K& x = xb[b];
+    const __m256 dv = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(col))),
+                                    _mm256_set1_ps(x.d));
+    auto scales = [&](int grp) {
+      return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(col + kScales + 16 * grp)));
+    };
+    // Two integer accumulators per lane j (groups 0-1 and 2-3 of each half); the first starts
+    // at the offset term.
+    __m256i S[2][8];
 #pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) {
-        const __m256i M = _mm256_madd_epi16(_mm256_shuffle_epi8(scales(j), both), bcast32(x.bsums + 2 * j));
-        S[0][j] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(M, 5));
-        S[1][j] = _mm256_setzero_si256();
-      }
+    for (int j = 0; j < 8; ++j) {
+      const __m256i M = _mm256_madd_epi16(_mm256_shuffle_epi8(scales(j), both), bcast32(x.bsums + 2 * j));
+      S[0][j] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(M, 5));
+      S[1][j] = _mm256_setzero_si256();
+    }
 #pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < 2; ++h) {
 #pragma GCC unroll 2
-        for (int u = 0; u < 2; ++u) {
-          __m256i sp[4];
+      for (int u = 0; u < 2; ++u) {
+        __m256i sp[4];
 #pragma GCC unroll 4
-          for (int i = 0; i < 4; ++i) sp[i] = _mm256_shuffle_epi8(scales(4 * h + i), same[u]);
+        for (int i = 0; i < 4; ++i) sp[i] = _mm256_shuffle_epi8(scales(4 * h + i), same[u]);
 #pragma GCC unroll 4
-          for (int jj = 0; jj < 4; ++jj) {
-            const int j = 4 * u + jj;
-            __m256i q[4];
-            const uint8_t* qp = col + kCodes + 96 * (8 * h + j);
-            q6_codes(load32(qp), load32(qp + 32), load32(qp + 64), q);
-            const int8_t* xa = x.qs + 128 * h + 4 * j;
+        for (int jj = 0; jj < 4; ++jj) {
+          const int j = 4 * u + jj;
+          __m256i q[4];
+          const uint8_t* qp = col + kCodes + 96 * (8 * h + j);
+          q6_codes(load32(qp), load32(qp + 32), load32(qp + 64), q);
+          const int8_t* xa = x.qs + 128 * h + 4 * j;
 #pragma GCC unroll 4
-            for (int i = 0; i < 4; ++i) {
-              __m256i& s = S[i / 2][j];
-              s = _mm256_dpwssd_epi32(s, _mm256_maddubs_epi16(q[i], bcast32(xa + 32 * i)), sp[i]);
-            }
+          for (int i = 0; i < 4; ++i) {
+            __m256i& s = S[i / 2][j];
+            s = _mm256_dpwssd_epi32(s, _mm256_maddubs_epi16(q[i], bcast32(xa + 32 * i)), sp[i]);
           }
         }
       }
-#pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j)
-        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(S[0][j], S[1][j])), dv, acc[j]);
     }
-    store_reduced8(acc, out + kX8GroupRows * g);
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j)
+      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(S[0][j], S[1][j])), dv, acc[j]);
   }
+  store_reduced8(acc, out);
 }
 
 // Prefill: C tokens against one group, lane j outer, so each code register is loaded and
@@ -385,11 +374,11 @@ void dot_groups(const uint8_t* w, size_t row_bytes, int64_t groups, const uint8_
     for (; t < ntok; ++t) {
       float* o = out + t * ldo + kX8GroupRows * g;
       if constexpr (W == GgmlType::kQ8_0) {
-        dot_groups_one_q8_0(wg, row_bytes, 1, reinterpret_cast<const BlockQ8_0*>(xq + size_t(t) * xq_stride), K, o);
+        dot_group_one_q8_0(wg, reinterpret_cast<const BlockQ8_0*>(xq + size_t(t) * xq_stride), K, o);
       } else if constexpr (W == GgmlType::kQ6_K) {
-        dot_groups_one_q6_K(wg, row_bytes, 1, reinterpret_cast<const BlockQ8_K*>(xq + size_t(t) * xq_stride), K, o);
+        dot_group_one_q6_K(wg, reinterpret_cast<const BlockQ8_K*>(xq + size_t(t) * xq_stride), K, o);
       } else {
-        dot_groups_one<W>(wg, row_bytes, 1, reinterpret_cast<const BlockQ8_K*>(xq + size_t(t) * xq_stride), K, o);
+        dot_group_one<W>(wg, reinterpret_cast<const BlockQ8_K*>(xq + size_t(t) * xq_stride), K, o);
       }
     }
   }
