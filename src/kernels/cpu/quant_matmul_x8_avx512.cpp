@@ -226,8 +226,11 @@ void dot_group_one_q6_K(const uint8_t* col, const BlockQ8_K* xb, int64_t K, floa
 // unpacked once for the C tokens (the one-token kernels above unpack it once per token, which
 // made the x8 q5_K prefill 14% slower than the one-row kernel's token tiles, and q6_K's unpack is
 // heavier still). Per output the same integers and the same float steps in the same order as the
-// one-token kernels; only the loop order around them changes. The one-token kernels keep c / h
-// outer and all eight lanes' accumulators in registers: the fastest decode order.
+// one-token kernels; only the loop order around them changes. The one-token kernels stay a
+// separate shape for speed: they keep all eight lanes' integer accumulators in registers (the
+// tiles run out of registers for that at 4 tokens); a tile of one token as the decode kernel was
+// 10% slower for q6_K (36.6 vs 40.7 GB/s from L2) and 35% slower for q4_K (an earlier lane-outer
+// q4_K tile, 23 vs 36-39 GB/s).
 template <GgmlType W, int C>
 void dot_group_tile_k4(const uint8_t* col, const BlockQ8_K* const* xb, int64_t K, float* out, int64_t ldo) {
   constexpr bool kQ5 = W == GgmlType::kQ5_K;
