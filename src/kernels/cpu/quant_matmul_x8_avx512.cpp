@@ -222,8 +222,8 @@ void dot_group_one_q6_K(const uint8_t* col, const BlockQ8_K* xb, int64_t K, floa
   store_reduced8(acc, out);
 }
 
-// Prefill: C tokens against one group, lane j outer, so each code register is loaded and
-// unpacked once for the C tokens (the one-token kernels above unpack it once per token, which
+// Prefill: C tokens against one group (q4_K / q5_K: lane j outer; q6_K: half, then lane, the
+// column's storage order), so each code register is loaded and unpacked once for the C tokens (the one-token kernels above unpack it once per token, which
 // made the x8 q5_K prefill 14% slower than the one-row kernel's token tiles, and q6_K's unpack is
 // heavier still). Per output the same integers and the same float steps in the same order as the
 // one-token kernels; only the loop order around them changes. The one-token kernels stay a
