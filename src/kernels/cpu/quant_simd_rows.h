@@ -130,7 +130,25 @@ struct DotArgs {
   int64_t ldo;
   template <typename B>
   const B* act(int64_t t) const { return reinterpret_cast<const B*>(xq + size_t(t) * xq_stride); }
+  // The activation blocks of tokens t0 .. t0 + C.
+  template <typename B, int C>
+  void tile_acts(int64_t t0, const B* (&xb)[C]) const {
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) xb[c] = act<B>(t0 + c);
+  }
+  // Row r's outputs for tokens t0 .. t0 + C: each lane set reduced in the contract's order.
+  template <int C>
+  void store(int64_t r, int64_t t0, const __m256 (&acc)[C]) const {
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) out[(t0 + c) * ldo + r] = reduce8(acc[c]);
+  }
 };
+
+template <int C>
+inline void zero(__m256 (&acc)[C]) {
+#pragma GCC unroll 4
+  for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+}
 
 // Token tiles: one weight row against C tokens at once, so each block's weights are loaded and
 // unpacked once per tile (prefill); every output still gets exactly the operations of the C = 1
@@ -163,11 +181,9 @@ struct Q32 {
     static void run(int64_t r, int64_t t0, const DotArgs& a) {
       const uint8_t* row = a.w + size_t(r) * a.row_bytes;
       const BlockQ8_0* xb[C];
-#pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) xb[c] = a.act<BlockQ8_0>(t0 + c);
+      a.tile_acts(t0, xb);
       __m256 acc[C];
-#pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+      zero(acc);
       for (int64_t b = 0; b < a.K / kQK32; ++b) {
         const uint8_t* blk = row + size_t(b) * kBlockBytes;
         const float dw = f16(load_u16(blk));
@@ -179,8 +195,7 @@ struct Q32 {
           acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * f16(xb[c][b].d)), acc[c]);
         }
       }
-#pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) a.out[(t0 + c) * a.ldo + r] = reduce8(acc[c]);
+      a.store(r, t0, acc);
     }
   };
 };
@@ -218,12 +233,10 @@ struct K4 {
     static void run(int64_t r, int64_t t0, const DotArgs& a) {
       const auto* wb = reinterpret_cast<const Block*>(a.w + size_t(r) * a.row_bytes);
       const BlockQ8_K* xb[C];
-#pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) xb[c] = a.act<BlockQ8_K>(t0 + c);
+      a.tile_acts(t0, xb);
       const __m256i m4 = _mm256_set1_epi8(0x0F);
       __m256 acc[C];
-#pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+      zero(acc);
       for (int64_t b = 0; b < a.K / kQK_K; ++b) {
         uint64_t sc8, m8;
         unpack_scales_k4_words(wb[b].scales, &sc8, &m8);
@@ -261,8 +274,7 @@ struct K4 {
           acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(Mv), _mm256_set1_ps(dmin * xb[c][b].d), acc[c]);
         }
       }
-#pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) a.out[(t0 + c) * a.ldo + r] = reduce8(acc[c]);
+      a.store(r, t0, acc);
     }
   };
 };
@@ -277,11 +289,9 @@ struct Q6K {
     static void run(int64_t r, int64_t t0, const DotArgs& a) {
       const auto* wb = reinterpret_cast<const BlockQ6_K*>(a.w + size_t(r) * a.row_bytes);
       const BlockQ8_K* xb[C];
-#pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) xb[c] = a.act<BlockQ8_K>(t0 + c);
+      a.tile_acts(t0, xb);
       __m256 acc[C];
-#pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+      zero(acc);
       for (int64_t b = 0; b < a.K / kQK_K; ++b) {
         const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb[b].scales));
         const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
@@ -310,8 +320,7 @@ struct Q6K {
         for (int c = 0; c < C; ++c)
           acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum.total(c)), _mm256_set1_ps(d * xb[c][b].d), acc[c]);
       }
-#pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) a.out[(t0 + c) * a.ldo + r] = reduce8(acc[c]);
+      a.store(r, t0, acc);
     }
   };
 };
