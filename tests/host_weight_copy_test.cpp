@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kernel_test_util.h"
 #include "backend/cpu_backend.h"
 #include "backend/host_weight_copy.h"
 #include "core/quant_types.h"
@@ -21,21 +22,10 @@
 namespace weft {
 namespace {
 
-// Restores WEFT_CPU_WEIGHTS when a test changes it.
-struct EnvGuard {
-  std::string old;
-  bool had = false;
-  EnvGuard() {
-    if (const char* v = std::getenv("WEFT_CPU_WEIGHTS")) had = true, old = v;
-  }
-  ~EnvGuard() {
-    if (had) setenv("WEFT_CPU_WEIGHTS", old.c_str(), 1);
-    else unsetenv("WEFT_CPU_WEIGHTS");
-  }
-};
+using test::CpuWeightsEnvGuard;
 
 TEST(HostWeightCopy, CopiesEveryMatrixByteAndSkipsUnmappedGaps) {
-  EnvGuard env;
+  CpuWeightsEnvGuard env;
   unsetenv("WEFT_CPU_WEIGHTS");
   const size_t page = size_t(sysconf(_SC_PAGESIZE));
   // Three pages; the middle one unmapped: two matrices closer than the merge gap, a hole between.
@@ -82,7 +72,7 @@ TEST(HostWeightCopy, CopiesEveryMatrixByteAndSkipsUnmappedGaps) {
 }
 
 TEST(HostWeightCopy, MmapModeReadsInPlace) {
-  EnvGuard env;
+  CpuWeightsEnvGuard env;
   setenv("WEFT_CPU_WEIGHTS", "mmap", 1);
   std::vector<uint8_t> w(4096, 1);
   WeightSet set;
@@ -98,7 +88,7 @@ TEST(HostWeightCopy, MmapModeReadsInPlace) {
 // A backend that bound the weights computes from the copy, with the same bits as one reading in
 // place (q4_K: a block type; rows and a row slice).
 TEST(HostWeightCopy, BoundBackendGivesTheSameBits) {
-  EnvGuard env;
+  CpuWeightsEnvGuard env;
   unsetenv("WEFT_CPU_WEIGHTS");
   std::mt19937 rng(std::random_device{}());
   std::normal_distribution<float> g(0, 1);

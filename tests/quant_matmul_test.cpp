@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "kernel_test_util.h"
 #include "core/cpu_features.h"
 #include "core/quant_types.h"
 #include "core/thread_pool.h"
@@ -23,34 +24,8 @@
 namespace weft {
 namespace {
 
-// Bytes that end exactly at an inaccessible page, as a tensor at the end of a mapped file does:
-// any read past the end faults.
-class GuardedBuffer {
- public:
-  explicit GuardedBuffer(size_t bytes) {
-    page_ = size_t(sysconf(_SC_PAGESIZE));
-    map_bytes_ = (bytes + page_ - 1) / page_ * page_ + page_;
-    void* p = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    EXPECT_NE(p, MAP_FAILED);
-    base_ = static_cast<uint8_t*>(p);
-    mprotect(base_ + map_bytes_ - page_, page_, PROT_NONE);
-    data_ = base_ + map_bytes_ - page_ - bytes;
-  }
-  ~GuardedBuffer() { munmap(base_, map_bytes_); }
-  GuardedBuffer(const GuardedBuffer&) = delete;
-  GuardedBuffer& operator=(const GuardedBuffer&) = delete;
-  uint8_t* data() { return data_; }
-
- private:
-  size_t page_ = 0, map_bytes_ = 0;
-  uint8_t* base_ = nullptr;
-  uint8_t* data_ = nullptr;
-};
-
-uint32_t fresh_seed() {
-  static std::random_device rd;
-  return rd();
-}
+using test::GuardedBuffer;
+using test::fresh_seed;
 
 constexpr GgmlType kQuantTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K,
                                     GgmlType::kQ5_K, GgmlType::kQ6_K};

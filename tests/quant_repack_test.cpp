@@ -1,4 +1,4 @@
-// The q4_K x8 repack (kernels/cpu/quant_repack.h): lossless both ways on any bytes, and every
+// The x8 repack of q4_K, q5_K, q6_K and q8_0 (kernels/cpu/quant_repack.h): lossless both ways on any bytes, and every
 // kernel path over the grouped layout gives the plain layout's scalar bits (decode and prefill
 // token counts, odd row counts with a plain tail, row tasks on a pool, extreme codes); the CPU
 // backend's repacked huge-page copy gives the in-place bits through matmul, row slices, the
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernel_test_util.h"
 #include "backend/cpu_backend.h"
 #include "backend/host_weight_copy.h"
 #include "core/cpu_features.h"
@@ -23,21 +24,21 @@
 namespace weft {
 namespace {
 
-constexpr GgmlType kQ4K = GgmlType::kQ4_K;
+using test::fresh_seed;
+using test::CpuWeightsEnvGuard;
 
-uint32_t fresh_seed() {
-  static std::random_device rd;
-  return rd();
-}
+constexpr GgmlType kQ4K = GgmlType::kQ4_K;
 
 // N rows of K q4_K columns: quantized Gaussian rows, or (extreme) random bytes with finite f16
 // scales and, for row 0, every code nibble 15 and every 6-bit scale and min 63 (q8_0: every code
-// -128).
+// -128; q6_K: every code 63, every scale -128).
 std::vector<uint8_t> make_rows(GgmlType type, int64_t N, int64_t K, bool extreme, std::mt19937* rng) {
   const size_t row_bytes = ggml_row_bytes(type, K);
-  // Bytes that hold codes / scales (not the f16 scales, which random bits could make NaN).
-  const bool q8 = type == GgmlType::kQ8_0;
-  const size_t block = ggml_row_bytes(type, ggml_block_size(type)), first = q8 ? 2 : 4;
+  // Bytes that hold codes / scales (not the f16 scales, which random bits could make NaN): after
+  // them for q8_0 (d), q4_K / q5_K (d, dmin), before them for q6_K (d last).
+  const bool q8 = type == GgmlType::kQ8_0, q6 = type == GgmlType::kQ6_K;
+  const size_t block = ggml_row_bytes(type, ggml_block_size(type));
+  const size_t first = q8 ? 2 : q6 ? 0 : 4, last = q6 ? block - 2 : block;
   std::vector<uint8_t> w(row_bytes * size_t(N));
   std::normal_distribution<float> g(0, 1);
   std::vector<float> row(static_cast<size_t>(K));
@@ -47,7 +48,7 @@ std::vector<uint8_t> make_rows(GgmlType type, int64_t N, int64_t K, bool extreme
     if (!extreme) continue;
     for (size_t off = 0; off < row_bytes; off += block) {
       uint8_t* blk = w.data() + size_t(n) * row_bytes + off;
-      for (size_t i = first; i < block; ++i) blk[i] = n == 0 ? (q8 ? 0x80 : 0xFF) : uint8_t((*rng)());
+      for (size_t i = first; i < last; ++i) blk[i] = n == 0 ? (q8 || (q6 && i >= 192) ? 0x80 : 0xFF) : uint8_t((*rng)());
     }
   }
   return w;
@@ -74,7 +75,7 @@ void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b, 
   EXPECT_EQ(bad, 0) << what;
 }
 
-constexpr GgmlType kGroupedTypes[] = {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ8_0};
+constexpr GgmlType kGroupedTypes[] = {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ8_0};
 
 TEST(QuantRepack, RoundTripsEveryRowOnAnyBytes) {
   std::mt19937 rng(fresh_seed());
@@ -103,7 +104,7 @@ TEST(QuantRepack, EveryPathOnGroupsGivesThePlainScalarBits) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  ThreadPool pool(2);
+  ThreadPool pool2(2), pool3(3);
   struct Path {
     const char* name;
     Fn fn;
@@ -129,7 +130,7 @@ TEST(QuantRepack, EveryPathOnGroupsGivesThePlainScalarBits) {
       const QuantLayout layout{s.N / 8 * 8};
       for (const Path& p : paths) {
         if (!p.available) continue;
-        for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
           std::vector<float> out(ref.size(), -1.0f);
           p.fn(type, r.data(), s.N, s.K, x.data(), s.K, s.T, out.data(), s.N, tp, layout);
           expect_same_bits(ref, out, std::string(ggml_type_name(type)) + " " + p.name + (extreme ? " extreme" : "") + " N=" + std::to_string(s.N) +
@@ -140,27 +141,14 @@ TEST(QuantRepack, EveryPathOnGroupsGivesThePlainScalarBits) {
       std::vector<uint8_t> xq(size_t(s.T) * quant_activation_row_bytes(type, s.K));
       quantize_activation_rows(type, x.data(), s.K, s.T, s.K, xq.data());
       std::vector<float> out(ref.size(), -1.0f);
-      quant_matmul_quantized(type, r.data(), s.N, s.K, xq.data(), s.T, out.data(), s.N, &pool, layout);
+      quant_matmul_quantized(type, r.data(), s.N, s.K, xq.data(), s.T, out.data(), s.N, &pool3, layout);
       expect_same_bits(ref, out, "quantized entry N=" + std::to_string(s.N));
     }
   }
 }
 
-// Restores WEFT_CPU_WEIGHTS when a test changes it.
-struct EnvGuard {
-  std::string old;
-  bool had = false;
-  EnvGuard() {
-    if (const char* v = std::getenv("WEFT_CPU_WEIGHTS")) had = true, old = v;
-  }
-  ~EnvGuard() {
-    if (had) setenv("WEFT_CPU_WEIGHTS", old.c_str(), 1);
-    else unsetenv("WEFT_CPU_WEIGHTS");
-  }
-};
-
 TEST(QuantRepack, BoundBackendGivesTheInPlaceBits) {
-  EnvGuard env;
+  CpuWeightsEnvGuard env;
   unsetenv("WEFT_CPU_WEIGHTS");
   if (!host_weight_repack_enabled()) GTEST_SKIP() << "no grouped q4_K kernel on this CPU (AVX-512 VNNI)";
   const uint32_t seed = fresh_seed();
@@ -173,12 +161,15 @@ TEST(QuantRepack, BoundBackendGivesTheInPlaceBits) {
   const size_t rb5 = ggml_row_bytes(GgmlType::kQ5_K, K);
   const std::vector<uint8_t> dense = make_rows(kQ4K, N, K, false, &rng), table = make_rows(kQ4K, V, K, false, &rng);
   const std::vector<uint8_t> stacked = make_rows(GgmlType::kQ5_K, E * NE, K, false, &rng);  // q5_K experts
+  const int64_t NH = 27;  // a q6_K output head with a tail of 3
+  const std::vector<uint8_t> head = make_rows(GgmlType::kQ6_K, NH, K, true, &rng);
   const DType dt = *ggml_type_to_dtype(kQ4K), dt5 = *ggml_type_to_dtype(GgmlType::kQ5_K);
   const Matrix md{dt, dense.data(), N, K}, mt{dt, table.data(), V, K};
+  const Matrix mh{*ggml_type_to_dtype(GgmlType::kQ6_K), head.data(), NH, K};
   std::vector<Matrix> experts;
   for (int64_t e = 0; e < E; ++e) experts.push_back(Matrix{dt5, stacked.data() + size_t(e * NE) * rb5, NE, K});
   WeightSet set;
-  set.matrices = {md, mt, mt, experts[0], experts[1], experts[2]};
+  set.matrices = {md, mt, mt, experts[0], experts[1], experts[2], mh};
   CpuBackend bound(2), in_place(2);
   const int key = 0;
   ASSERT_TRUE(bound.bind_weights(&key, set).ok());
@@ -186,7 +177,7 @@ TEST(QuantRepack, BoundBackendGivesTheInPlaceBits) {
     std::string why;
     auto copy = HostWeightCopy::shared(&key, set, &why);
     ASSERT_NE(copy, nullptr) << why;
-    EXPECT_EQ(copy->repacked_matrices(), 5u) << "dense, table (once) and three experts";
+    EXPECT_EQ(copy->repacked_matrices(), 6u) << "dense, table (once), three experts and the head";
   }
   const int64_t T = 3;
   const std::vector<float> x = activations(T, K, &rng);
@@ -202,6 +193,9 @@ TEST(QuantRepack, BoundBackendGivesTheInPlaceBits) {
   both(md.row_slice(40, 5), 1, "slice in the tail");
   both(md.row_slice(3, 9), 1, "slice cutting groups");
   both(md.row_slice(16, 29), 1, "slice to the end");
+  both(mh, 1, "q6_K head T=1");
+  both(mh, T, "q6_K head T=3");
+  both(mh.row_slice(8, 19), 1, "q6_K slice to the end");
   std::vector<float> ea(size_t(4 * K)), eb(ea.size());
   const int32_t ids[4] = {0, 7, 8, 18};
   bound.embed(mt, ids, 4, ea.data());
@@ -220,7 +214,7 @@ TEST(QuantRepack, BoundBackendGivesTheInPlaceBits) {
 // Views of one stacked tensor that overlap each other are never repacked: the repack of one would
 // scramble the rows the other reads.
 TEST(QuantRepack, OverlappingMatricesStayPlain) {
-  EnvGuard env;
+  CpuWeightsEnvGuard env;
   unsetenv("WEFT_CPU_WEIGHTS");
   if (!host_weight_repack_enabled()) GTEST_SKIP() << "no grouped q4_K kernel on this CPU (AVX-512 VNNI)";
   std::mt19937 rng(fresh_seed());

@@ -105,7 +105,7 @@ struct Arm {
   std::string label;
   GgmlVecDot ggml_dot = nullptr;  // set for llama.cpp arms
   QuantMatmulFn fn = quant_matmul;  // weft arms: the dispatcher or one named path
-  QuantLayout layout;               // the q4_K x8 arm: its copies repacked (quant_repack.h)
+  QuantLayout layout;               // an x8 arm: its copies repacked (quant_repack.h)
   size_t matrix_bytes = 0;
   int64_t copies = 0;
   std::vector<uint8_t, PageAllocator<uint8_t>> data;
@@ -188,7 +188,7 @@ int main(int argc, char** argv) {
       std::memcpy(a.data.data() + size_t(c) * a.matrix_bytes, a.data.data(), a.matrix_bytes);
     arms.push_back(std::move(a));
   }
-  // The x8 arms (q4_K, q5_K): the copies repacked into 8-row groups, as the CPU backend's weight copy
+  // The x8 arms (every type with groups): the copies repacked into 8-row groups, as the CPU backend's weight copy
   // stores them (where the CPU has the grouped kernel), through quant_matmul's dispatch.
   if (use_avx512_vnni()) {
     const size_t own = arms.size();

@@ -200,7 +200,7 @@ std::shared_ptr<const HostWeightCopy> HostWeightCopy::shared(const void* key, co
 }
 
 void HostWeightCopy::repack(const WeightSet& set) {
-  // Candidates: q4_K / q5_K matrices of at least one group, each distinct matrix once (a tied head is
+  // Candidates: matrices of a grouped type (quant_type_has_groups) of at least one group, each distinct matrix once (a tied head is
   // the embedding table twice).
   std::vector<Repacked> cand;
   struct Geometry {

@@ -16,8 +16,8 @@
 // the matrices exceed half of MemAvailable, when transparent huge pages are off ("[never]"), or
 // when WEFT_CPU_WEIGHTS=mmap.
 //
-// Repack: where the CPU has the grouped kernels (AVX-512 VNNI), every q4_K and q5_K matrix of the
-// set with at least 8 rows is stored in the copy as x8 groups (kernels/cpu/quant_repack.h: the
+// Repack: where the CPU has the grouped kernels (AVX-512 VNNI), every q4_K, q5_K, q6_K and q8_0
+// matrix of the set with at least 8 rows is stored in the copy as x8 groups (kernels/cpu/quant_repack.h: the
 // same bytes per matrix, rearranged within the matrix's own range), and layout() says so; every
 // other byte is copied unchanged. The kernels give the same bits either way (the grouped kernel
 // keeps each output's float order). WEFT_CPU_WEIGHTS=copy-plain copies without repacking (the
@@ -81,7 +81,7 @@ class HostWeightCopy {
   void* mapping_ = nullptr;
   size_t mapping_bytes_ = 0;
   size_t bytes_ = 0;
-  // Rewrites the set's q4_K matrices in the (still writable) copy as groups; fills repacked_.
+  // Rewrites the set's grouped-type matrices in the (still writable) copy as groups; fills repacked_.
   void repack(const WeightSet& set);
   std::vector<uintptr_t> fingerprint_;  // the set's matrix addresses: a reused key is not a match
   friend struct HostWeightCopyBuilder;

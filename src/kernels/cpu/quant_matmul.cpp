@@ -274,35 +274,45 @@ void quant_dot_groups_via_rows(GgmlType wtype, QuantDotRowsFn rows, const uint8_
   }
 }
 
-void quant_matmul_scalar_with_layout(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
-                         int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool, const QuantLayout& layout) {
+namespace {
+
+// What one code path brings to the shared driver: its plain-type matmul, row and group kernels,
+// and activation quantizer (the AVX paths use the AVX2 quantizer: the scalar one's bytes).
+struct QuantPath {
+  void (*plain)(DType, const void*, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t, ThreadPool*);
+  QuantDotRowsFn rows;
+  QuantDotGroupsFn groups;  // nullptr: groups unpacked to rows
+  void (*quantize)(GgmlType, const float*, int64_t, uint8_t*);
+};
+
+void run_path(const QuantPath& p, GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
+              int64_t T, float* out, int64_t ldo, ThreadPool* pool, const QuantLayout& layout) {
   if (is_plain(wtype)) {
-    matmul_scalar(*ggml_type_to_dtype(wtype), w, N, K, x, ldx, T, out, ldo, pool);
+    p.plain(*ggml_type_to_dtype(wtype), w, N, K, x, ldx, T, out, ldo, pool);
     return;
   }
-  run_quant_matmul(wtype, w, N, K, x, ldx, T, out, ldo, pool, quant_dot_rows_scalar(wtype), nullptr,
-                   quantize_activations, layout);
+  run_quant_matmul(wtype, w, N, K, x, ldx, T, out, ldo, pool, p.rows, p.groups, p.quantize, layout);
+}
+
+}  // namespace
+
+void quant_matmul_scalar_with_layout(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
+                         int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool, const QuantLayout& layout) {
+  run_path({matmul_scalar, quant_dot_rows_scalar(wtype), nullptr, quantize_activations}, wtype, w, N, K, x, ldx, T,
+           out, ldo, pool, layout);
 }
 
 void quant_matmul_avx2_with_layout(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
                        int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool, const QuantLayout& layout) {
-  if (is_plain(wtype)) {
-    matmul_avx2(*ggml_type_to_dtype(wtype), w, N, K, x, ldx, T, out, ldo, pool);
-    return;
-  }
-  run_quant_matmul(wtype, w, N, K, x, ldx, T, out, ldo, pool, quant_dot_rows_avx2(wtype), nullptr,
-                   quantize_activations_avx2, layout);
+  run_path({matmul_avx2, quant_dot_rows_avx2(wtype), nullptr, quantize_activations_avx2}, wtype, w, N, K, x, ldx, T,
+           out, ldo, pool, layout);
 }
 
 void quant_matmul_avx512_with_layout(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x,
                          int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool, const QuantLayout& layout) {
-  if (is_plain(wtype)) {
-    matmul(*ggml_type_to_dtype(wtype), w, N, K, x, ldx, T, out, ldo, pool);
-    return;
-  }
-  // The activation bytes are the AVX2 quantizer's (the same as the scalar one's).
-  run_quant_matmul(wtype, w, N, K, x, ldx, T, out, ldo, pool, quant_dot_rows_avx512(wtype),
-                   quant_dot_groups_avx512(wtype), quantize_activations_avx2, layout);
+  // Plain types: matmul's own dispatch (its AVX-512 kernels).
+  run_path({matmul, quant_dot_rows_avx512(wtype), quant_dot_groups_avx512(wtype), quantize_activations_avx2}, wtype, w,
+           N, K, x, ldx, T, out, ldo, pool, layout);
 }
 
 size_t quant_activation_row_bytes(GgmlType wtype, int64_t K) {

@@ -68,7 +68,7 @@ void quant_matmul_avx512(GgmlType wtype, const void* w, int64_t N, int64_t K, co
                          int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool);
 
 // The same entry points for a matrix stored as `layout` says (quant_repack.h: leading rows in
-// x8 groups of q4_K / q5_K, as the CPU backend's weight copy stores them); the entry points above
+// x8 groups of a grouped type, as the CPU backend's weight copy stores them); the entry points above
 // read plain rows. Every output is the same bits as the plain layout's.
 void quant_matmul_with_layout(GgmlType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
                   int64_t T, float* out, int64_t ldo, ThreadPool* pool, const QuantLayout& layout);

@@ -1,7 +1,8 @@
-// q4_K / q5_K / q8_0 x8 repack (quant_repack.h): plain scalar byte moves, run once per matrix at bind time.
+// q4_K / q5_K / q6_K / q8_0 x8 repack (quant_repack.h): plain scalar byte moves, run once per matrix at bind time.
 #include "kernels/cpu/quant_repack.h"
 
 #include <cassert>
+#include <cstddef>
 #include <cstring>
 #include <type_traits>
 
@@ -104,15 +105,60 @@ void unpack_x8_row_q8_0(const uint8_t* group, int64_t K, int i, uint8_t* dst) {
   }
 }
 
+// q6_K (quant_repack.h): per super-block column the eight f16 d, the 128 signed scales (per
+// 32-value group g, the two sub-blocks' scales of rows 0-3, then of rows 4-7: one vpmovsxbw gives
+// both 128-bit lanes' int16 scales), then per (half h, position j) the three code registers the
+// kernel loads together, in the order it loads them.
+constexpr size_t kQ6Scales = 16, kQ6Codes = kQ6Scales + 128;
+
+inline int q6_scale_entry(int r, int s) { return 16 * (s / 2) + 8 * (r / 4) + 4 * (s % 2) + r % 4; }
+
+// The three 4-byte pieces of a row that land in register (h, j): ql[64h + 4j ..), ql[64h + 32 +
+// 4j ..), qh[32h + 4j ..); their place in the column is q6_code_offset(h, j, part) + 4r.
+inline size_t q6_code_offset(int h, int j, int part) { return kQ6Codes + 96 * size_t(8 * h + j) + 32 * size_t(part); }
+inline size_t q6_row_offset(int h, int j, int part) {  // in the plain block
+  return part == 2 ? offsetof(BlockQ6_K, qh) + 32 * size_t(h) + 4 * size_t(j) : 64 * size_t(h) + 32 * size_t(part) + 4 * size_t(j);
+}
+
+void repack_x8_q6_K(const uint8_t* src, size_t row_bytes, int64_t K, uint8_t* dst) {
+  for (int64_t b = 0; b < K / kQK_K; ++b) {
+    uint8_t* out = dst + size_t(b) * kX8GroupRows * sizeof(BlockQ6_K);
+    for (int r = 0; r < kX8GroupRows; ++r) {
+      const auto* blk = reinterpret_cast<const BlockQ6_K*>(src + size_t(r) * row_bytes) + b;
+      std::memcpy(out + 2 * r, &blk->d, 2);
+      for (int s = 0; s < 16; ++s) std::memcpy(out + kQ6Scales + q6_scale_entry(r, s), &blk->scales[s], 1);
+      for (int h = 0; h < 2; ++h)
+        for (int j = 0; j < 8; ++j)
+          for (int part = 0; part < 3; ++part)
+            std::memcpy(out + q6_code_offset(h, j, part) + 4 * r, reinterpret_cast<const uint8_t*>(blk) + q6_row_offset(h, j, part), 4);
+    }
+  }
+}
+
+void unpack_x8_row_q6_K(const uint8_t* group, int64_t K, int i, uint8_t* dst) {
+  for (int64_t b = 0; b < K / kQK_K; ++b) {
+    const uint8_t* in = group + size_t(b) * kX8GroupRows * sizeof(BlockQ6_K);
+    BlockQ6_K blk;
+    std::memcpy(&blk.d, in + 2 * i, 2);
+    for (int s = 0; s < 16; ++s) std::memcpy(&blk.scales[s], in + kQ6Scales + q6_scale_entry(i, s), 1);
+    for (int h = 0; h < 2; ++h)
+      for (int j = 0; j < 8; ++j)
+        for (int part = 0; part < 3; ++part)
+          std::memcpy(reinterpret_cast<uint8_t*>(&blk) + q6_row_offset(h, j, part), in + q6_code_offset(h, j, part) + 4 * i, 4);
+    std::memcpy(dst + size_t(b) * sizeof(BlockQ6_K), &blk, sizeof(BlockQ6_K));
+  }
+}
+
 }  // namespace
 
 bool quant_type_has_groups(GgmlType t) {
-  return t == GgmlType::kQ4_K || t == GgmlType::kQ5_K || t == GgmlType::kQ8_0;
+  return t == GgmlType::kQ4_K || t == GgmlType::kQ5_K || t == GgmlType::kQ6_K || t == GgmlType::kQ8_0;
 }
 
 void repack_x8(GgmlType t, const uint8_t* src, size_t row_bytes, int64_t K, uint8_t* dst) {
   assert(quant_type_has_groups(t) && K % ggml_block_size(t) == 0);
   if (t == GgmlType::kQ8_0) repack_x8_q8_0(src, row_bytes, K, dst);
+  else if (t == GgmlType::kQ6_K) repack_x8_q6_K(src, row_bytes, K, dst);
   else if (t == GgmlType::kQ4_K) repack_x8_as<BlockQ4_K>(src, row_bytes, K, dst);
   else repack_x8_as<BlockQ5_K>(src, row_bytes, K, dst);
 }
@@ -120,6 +166,7 @@ void repack_x8(GgmlType t, const uint8_t* src, size_t row_bytes, int64_t K, uint
 void unpack_x8_row(GgmlType t, const uint8_t* group, int64_t K, int i, uint8_t* dst) {
   assert(quant_type_has_groups(t));
   if (t == GgmlType::kQ8_0) unpack_x8_row_q8_0(group, K, i, dst);
+  else if (t == GgmlType::kQ6_K) unpack_x8_row_q6_K(group, K, i, dst);
   else if (t == GgmlType::kQ4_K) unpack_x8_row_as<BlockQ4_K>(group, K, i, dst);
   else unpack_x8_row_as<BlockQ5_K>(group, K, i, dst);
 }

@@ -1,4 +1,4 @@
-// Row-interleaved repack of q4_K, q5_K and q8_0 weights ("x8"): eight rows' super-blocks rearranged so one
+// Row-interleaved repack of q4_K, q5_K, q6_K and q8_0 weights ("x8"): eight rows' super-blocks rearranged so one
 // 256-bit register holds the same four code positions of all eight rows, for a decode kernel that
 // computes eight outputs per pass from one sequential stream (quant_matmul_x8_avx512.cpp).
 //
@@ -8,8 +8,9 @@
 // below the ~33-36 GB/s one thread streams from huge pages. With eight rows across the lanes of
 // a register, a sub-block's scales are one vpshufb for all eight rows, the activations are
 // 4-byte broadcasts, and the 6-bit scales are stored pre-split so their unpack is a few vector
-// ops (q5_K likewise, its fifth bits transposed like the codes; q8_0, one fma chain per row
-// before, gets eight independent chains). Reading eight rows from one interleaved stream (not eight streams) keeps the hardware
+// ops (q5_K likewise, its fifth bits transposed like the codes; q6_K, its ql / qh dwords transposed
+// and its signed scales laid out for one sign-extending load per group of eight rows; q8_0, one
+// fma chain per row before, gets eight independent chains). Reading eight rows from one interleaved stream (not eight streams) keeps the hardware
 // prefetcher's single sequential pattern, which two or more separate row streams defeated
 // (docs/formats-gguf.md, "Tried and dropped").
 //
@@ -36,6 +37,14 @@
 // qh[4j .. 4j + 4) (bit s: sub-block s), then the codes at [384, 1408).
 // q8_0 (blocks of 32; 8 x 34 = 272 bytes per block column): [0, 16) f16 d[r]; [16, 272) for
 // position j < 8: 32 bytes, bytes 4r..4r+3 = row r's codes 4j..4j+3 (the contract's lane j).
+// q6_K (8 x 210 = 1680 bytes per column): [0, 16) f16 d[r]; [16, 144) the signed scales: entry
+// 16g + 8L + 4u + (r - 4L) = sc_r[2g + u] (g < 8 the 32-value group, u < 2, L = r / 4: one
+// sign-extending load per group gives each 128-bit lane its four rows' two scales as int16);
+// [144, 1680) for half h < 2, position j < 8 (in that order), 96 bytes: three registers whose
+// bytes 4r..4r+3 are row r's ql[64h + 4j ..), ql[64h + 32 + 4j ..) and qh[32h + 4j ..) (the four
+// 32-value groups of half h at positions 4j..4j+3), in the order the kernel reads them: a
+// layout read out of order (ql, then qh, dword by dword) ran at 8 GB/s from L3 or DRAM against
+// 30 from L2, the prefetchers lost.
 // Rows of a matrix past the last whole group (N % 8 of them) stay in the plain layout after the
 // groups, so a row's bytes stay within the matrix's own byte range.
 #pragma once
@@ -56,7 +65,7 @@ struct QuantLayout {
   int64_t grouped_rows = 0;
 };
 
-// True for the weight types that have a grouped layout (q4_K, q5_K, q8_0).
+// True for the weight types that have a grouped layout (q4_K, q5_K, q6_K, q8_0).
 bool quant_type_has_groups(GgmlType t);
 
 // Rewrites kX8GroupRows plain rows of type t (src, row_bytes apart, K columns) into one group
