@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "engine/engine.h"
+#include "engine/sampler.h"
 #include "lab/compute_probe.h"
 
 namespace weft::lab {
@@ -14,9 +15,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-int32_t argmax_of(const std::vector<float>& x) {
-  return int32_t(std::max_element(x.begin(), x.end()) - x.begin());
-}
+// The same greedy pick as the bench's single-sequence loop and the server (engine/sampler.h).
+// Not std::max_element: at -O2 its pointer-chasing loop takes ~3 ns per logit (0.75 ms for a
+// 248,320-token vocabulary on this VM, vs 0.14 ms), which made batch 1 here look 11% slower than
+// a session's step on the H200 and cost batch 8 ~5 ms of host time per step (results §10).
+int32_t argmax_of(const std::vector<float>& x) { return argmax(x.data(), int64_t(x.size())); }
 
 // The compute side of the batch model (lab/bench_batch.h), after the timed runs so the probe's
 // cache traffic cannot disturb them.

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <new>
@@ -88,6 +89,29 @@ struct DeviceArray {
   }
   ~DeviceArray() {
     if (ptr) cudaFree(ptr);
+  }
+};
+
+// A grow-only pinned host array: where device-to-host copies land before the caller's buffer.
+// A copy into pageable memory (a std::vector of logits) goes through the driver's own staging at
+// a cost that depends on how the kernel maps that memory: measured on the H200, 248,320 logits
+// cost ~0.6 ms more per step into one pageable vector than into another (Engine::decode vs
+// Session::step, docs/results.md section 10). DMA into pinned memory and one host memcpy cost
+// the same wherever the caller's buffer lives.
+struct PinnedHostArray {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  void* reserve(size_t n) {
+    if (n > bytes) {
+      if (ptr) WEFT_CUDA_CHECK(cudaFreeHost(ptr));  // callers synchronize before reading, so no copy is in flight
+      ptr = nullptr;
+      WEFT_CUDA_CHECK(cudaMallocHost(&ptr, n));
+      bytes = n;
+    }
+    return ptr;
+  }
+  ~PinnedHostArray() {
+    if (ptr) cudaFreeHost(ptr);
   }
 };
 
@@ -259,13 +283,26 @@ class CudaBackend final : public Backend {
   }
   void copy_to_host(float* dst, const float* src, int64_t n) override {
     recorder_->flush();
-    direct("copy_to_host", [&] {
-      WEFT_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(n) * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-    });
-    if (touched_stale_)
+    // Through the pinned landing buffer, at most kLandingBytes at a time (all-position logits of a
+    // long prompt would otherwise pin gigabytes of host memory).
+    constexpr size_t kLandingBytes = size_t(32) << 20;
+    const size_t bytes = size_t(n) * sizeof(float);
+    uint8_t* out = reinterpret_cast<uint8_t*>(dst);
+    const uint8_t* in = reinterpret_cast<const uint8_t*>(src);
+    void* staged = host_landing_.reserve(std::clamp<size_t>(bytes, 1, kLandingBytes));
+    for (size_t at = 0; at == 0 || at < bytes; at += kLandingBytes) {
+      const size_t part = std::min(bytes - at, kLandingBytes);
+      direct("copy_to_host", [&] {
+        WEFT_CUDA_CHECK(cudaMemcpyAsync(staged, in + at, part, cudaMemcpyDeviceToHost, stream_));
+      });
+      WEFT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      if (part) std::memcpy(out + at, staged, part);
+    }
+    if (touched_stale_) {
       WEFT_CUDA_CHECK(cudaMemcpyAsync(touched_host_, touched_dev_, sizeof(long long), cudaMemcpyDeviceToHost, stream_));
-    WEFT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    if (touched_stale_) counters_.moe_experts_touched = *touched_host_, touched_stale_ = false;
+      WEFT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      counters_.moe_experts_touched = *touched_host_, touched_stale_ = false;
+    }
   }
 
   // ---- Rows ----
@@ -1007,6 +1044,7 @@ class CudaBackend final : public Backend {
   long long* touched_host_ = nullptr;  // pinned
   bool touched_stale_ = false;         // routings ran since counters_ was last refreshed
   DeviceArray workspace_;
+  PinnedHostArray host_landing_;  // copy_to_host's landing buffer (PinnedHostArray)
   std::vector<const uint8_t*> page_staging_;
   std::vector<AttentionCall> call_staging_;
   std::vector<cuda::ExpertMatmulJob> expert_job_staging_;
