@@ -58,6 +58,7 @@ def weft_runs(args, threads):
     d = weft_bench(args, threads, args.depths, extra)
     decode = {dep["ctx"]: dep["arms"]["f16"]["tok_s_runs"] for dep in d["depths"]}
     prefill = {dep["ctx"]: dep.get("prefill_tok_s") for dep in d["depths"]}
+    print(f"  weft at {threads} threads: probe {d.get('bandwidth_gb_s', 0):.1f} GB/s", file=sys.stderr, flush=True)
     return decode, prefill
 
 
