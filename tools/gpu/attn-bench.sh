@@ -11,7 +11,8 @@
 # --e2e also builds weft_cli and runs the end-to-end bar (full Qwen3.5-35B-A3B geometry, weights
 # generated on the GPU, f16 and q8_0 KV at 128K), twice: the default and round 7's fixed splits
 # (WEFT_CUDA_ATTN_LONG_SPLITS=0), so the ratio's before and after come from one call. Steps after
-# the bench are skipped once BUDGET_S seconds (default 540) of the call are spent.
+# the bench are skipped once BUDGET_S seconds (default 540) of the call are spent. MORE: the
+# environment settings the accuracy and bit tests run again under (space-separated).
 #
 #   OUT=/some/dir bash tools/gpu/attn-bench.sh [--no-ncu] [--memcheck] [--e2e]
 set -u
@@ -52,11 +53,6 @@ stamp "test rc $?: $(passfail "$OUT/test.log")"
 grep -E 'Failure|Expected|Which is|differ|error' "$OUT/test.log" | head -20 | tee -a "$SUM"
 timeout 200 "$BUILD/attention_cuda_bench" --sweep --repeats 21 > "$OUT/bench.md" 2>&1
 stamp "bench rc $?"
-if [ "$MEMCHECK" = 1 ] && [ "$(left)" -gt 60 ]; then
-  timeout 150 compute-sanitizer --tool memcheck "$BUILD/attention_cuda_test" --gtest_color=no \
-    --gtest_filter='*KeyParallelSeams*:*PipelinedLoop*:*LongSplits*:*PdlMerge*' > "$OUT/memcheck.log" 2>&1
-  stamp "memcheck rc $?: $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' "$OUT/memcheck.log" | tr '\n' ' ')"
-fi
 if [ "$E2E" = 1 ]; then
   for v in "WEFT_CUDA_ATTN_LONG_SPLITS=1" "WEFT_CUDA_ATTN_LONG_SPLITS=0"; do
     [ "$(left)" -gt 60 ] || { stamp "skipped e2e $v: budget"; continue; }
@@ -66,7 +62,12 @@ if [ "$E2E" = 1 ]; then
     stamp "e2e $v rc $?: $(grep -E '131072|128K' "$OUT/e2e.txt" | tail -1)"
   done
 fi
-for v in "WEFT_CUDA_ATTN_LONG_SPLITS=0" "WEFT_CUDA_ATTN_PIPELINE=0" "WEFT_CUDA_ATTN_KERNEL=keys"; do
+if [ "$MEMCHECK" = 1 ] && [ "$(left)" -gt 60 ]; then
+  timeout 150 compute-sanitizer --tool memcheck "$BUILD/attention_cuda_test" --gtest_color=no \
+    --gtest_filter='*KeyParallelSeams*:*PipelinedLoop*:*LongSplits*:*PdlMerge*' > "$OUT/memcheck.log" 2>&1
+  stamp "memcheck rc $?: $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' "$OUT/memcheck.log" | tr '\n' ' ')"
+fi
+for v in ${MORE:-WEFT_CUDA_ATTN_LONG_SPLITS=0 WEFT_CUDA_ATTN_PIPELINE=0 WEFT_CUDA_ATTN_KERNEL=keys}; do
   [ "$(left)" -gt 40 ] || { stamp "skipped $v: budget"; continue; }
   echo "=== $v" >> "$OUT/test-more.log"
   env "$v" timeout 120 "$BUILD/attention_cuda_test" --gtest_color=no \
