@@ -665,7 +665,8 @@ TEST(AttentionCuda, LongSplitsStraddleAndEqualDecodeBits) {
   const S cases[] = {{32800, 4, 4, 32766, DType::kQ8_0, DType::kQ8_0},    // 16 rows: n 32767..32770
                      {32900, 1, 100, 32718, DType::kQ4_0, DType::kQ8_0},  // prefill, 8 positions a block
                      {65600, 8, 3, 65535, DType::kQ8_0, DType::kQ4_0},    // 24 rows: n 65536..65538
-                     {65600, 1, 70, 65500, DType::kF16, DType::kQ8_0}};   // prefill, f16 K
+                     {65600, 1, 70, 65500, DType::kF16, DType::kQ8_0},    // prefill, f16 K
+                     {32800, 3, 2, 32767, DType::kQ4_0, DType::kF16}};    // 6 rows + 2 padding rows
   for (const S& c : cases) {
     auto L = make_layer(c.ctx, 1, 64, c.k, c.v, 256, rng);
     const int64_t n_heads = c.group, row = n_heads * 64;

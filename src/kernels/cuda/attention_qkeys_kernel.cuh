@@ -2,12 +2,16 @@
 // with f16), compiled per K/V type pair (issue 11, round 6; f16 K or V since round 7, when it
 // replaced the round-4 kernel, attention_keys.cu, which served those mixes).
 //
-// Same work split, fold tree and partial layout as the dim-parallel split kernel's merge expects
-// (attention_split.cu) and as the round-4 key-parallel kernel had: a block of 4
-// warps takes one kv head, up to 8·NT query rows of its GQA group and a run of 256-key splits;
-// warp w owns keys [16w, 16w + 16) of every 64-key tile with the whole head_dim, its own cp.async
-// ring and online-softmax state; Sᵀ = K·Qᵀ and Oᵀ = Vᵀ·Pᵀ on mma.m16n8k16; at each split end the
-// four warp states are folded in a fixed order. Why a second kernel: Nsight showed the round-4
+// The work split of the round-4 key-parallel kernel: a block of 4 warps takes one kv head, up to
+// 8·NT query rows of its GQA group and a run of 256-key sub-splits; warp w owns keys [16w, 16w + 16)
+// of every 64-key tile with the whole head_dim, its own cp.async ring and online-softmax state;
+// Sᵀ = K·Qᵀ and Oᵀ = Vᵀ·Pᵀ on mma.m16n8k16; where a row's partial ends the four warp states are
+// folded in a fixed order. Since round 8 a partial covers G sub-splits (G a power of two, a
+// function of the row's key count: attention_qkeys.cuh), 1 up to 32K keys (round 7's tree, the
+// dim-parallel kernel's partial layout), so a row has at most 128 partials; its own merge kernel
+// (attention_qkeys.cu) folds them in the two-level order of attention_split.cu's merge. A block
+// folds only at sub-split ends where some row's partial ends (once per block at 128K instead of
+// four times). Why a second kernel: Nsight showed the round-4
 // kernel latency-bound at ~2150 instructions per warp per 16-key sub-tile. This one is compiled
 // per (K type, V type), so row sizes, byte offsets and dequantization constants are immediates,
 // and every step is cut to its few instructions:
