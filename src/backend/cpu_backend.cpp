@@ -78,6 +78,20 @@ void CpuBackend::for_rows(int64_t rows, int64_t cost_per_row, const Fn& fn) {
   });
 }
 
+// Element-wise work in contiguous ranges, spread like for_rows (prefill-sized vectors only).
+// Each element is computed alone, so any split gives the same bits.
+template <typename Fn>
+void CpuBackend::for_ranges(int64_t n, const Fn& fn) {
+  constexpr int64_t kMinElemsPerTask = 1 << 15;
+  const int64_t n_tasks = std::min<int64_t>(ceil_div(n, kMinElemsPerTask), 4 * int64_t(pool_.size()));
+  if (n_tasks <= 1 || pool_.size() <= 1) {
+    fn(int64_t(0), n);
+    return;
+  }
+  const int64_t per = ceil_div(n, n_tasks);
+  pool_.parallel_for(n_tasks, [&](int64_t task) { fn(task * per, std::min(n, (task + 1) * per)); });
+}
+
 // ---- Weights ----
 
 bool CpuBackend::has_weights(const void* key) const { return key == bound_key_; }
@@ -122,12 +136,13 @@ void CpuBackend::embed(const Matrix& table_in, const int32_t* ids, int64_t n, fl
     }
     return;
   }
-  for (int64_t t = 0; t < n; ++t) convert_row_to_f32(table.dtype, table.row(ids[t]), x + t * table.cols, table.cols);
+  for_rows(n, table.cols, [&](int64_t t) { convert_row_to_f32(table.dtype, table.row(ids[t]), x + t * table.cols, table.cols); });
 }
 
 void CpuBackend::gather_rows(const float* src, const int32_t* rows, int64_t n, int64_t width, float* dst) {
-  for (int64_t i = 0; i < n; ++i)
+  for_rows(n, width, [&](int64_t i) {
     std::memcpy(dst + i * width, src + int64_t(rows[i]) * width, size_t(width) * sizeof(float));
+  });
 }
 
 void CpuBackend::rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t n, float eps,
@@ -136,20 +151,26 @@ void CpuBackend::rmsnorm(const float* x, const float* w, float* y, int64_t rows,
 }
 
 void CpuBackend::add(float* x, const float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+  for_ranges(n, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) x[i] += y[i];
+  });
 }
 
-void CpuBackend::swiglu(const float* gate, const float* up, float* out, int64_t n) { weft::swiglu(gate, up, out, n); }
+void CpuBackend::swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  for_ranges(n, [&](int64_t i0, int64_t i1) { weft::swiglu(gate + i0, up + i0, out + i0, i1 - i0); });
+}
 
 void CpuBackend::mul_sigmoid(float* x, const float* gate, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] *= sigmoidf(gate[i]);
+  for_ranges(n, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) x[i] *= sigmoidf(gate[i]);
+  });
 }
 
 void CpuBackend::add_sigmoid_scaled(float* y, const float* x, const float* s, int64_t rows, int64_t width) {
-  for (int64_t r = 0; r < rows; ++r) {
+  for_rows(rows, width, [&](int64_t r) {
     const float g = sigmoidf(s[r]);
     for (int64_t h = 0; h < width; ++h) y[r * width + h] += g * x[r * width + h];
-  }
+  });
 }
 
 // ---- Matrix products ----
@@ -299,12 +320,13 @@ void CpuBackend::grouped_matmul(const MoeRouting& r, const GroupedMatmul* jobs, 
 void CpuBackend::rope_tables(const int64_t* positions, int64_t rows, const float* inv_freq, int64_t half, float* cs,
                              float* sn) {
   // angle = position · inv_freq in float32, then cos/sin in double, as transformers computes them.
-  for (int64_t t = 0; t < rows; ++t)
+  for_rows(rows, 32 * half, [&](int64_t t) {
     for (int64_t i = 0; i < half; ++i) {
       const float angle = float(positions[t]) * inv_freq[i];
       cs[t * half + i] = float(std::cos(double(angle)));
       sn[t * half + i] = float(std::sin(double(angle)));
     }
+  });
 }
 
 void CpuBackend::attention_prep(const AttentionPrepArgs& a) {
@@ -391,7 +413,7 @@ void CpuBackend::gdn_unpack(const float* qkvz, const float* ba, int64_t rows, in
   // in_proj_ba per key head: [b (r) | a (r)] (fix_query_key_value_ordering).
   const int64_t r = nv / nk, group = 2 * dk + 2 * r * dv;
   const int64_t key_dim = nk * dk, value_dim = nv * dv, conv_dim = 2 * key_dim + value_dim;
-  for (int64_t t = 0; t < rows; ++t) {
+  for_rows(rows, conv_dim + value_dim, [&](int64_t t) {
     for (int64_t h = 0; h < nk; ++h) {
       const float* src = qkvz + t * nk * group + h * group;
       std::copy(src, src + dk, mixed + t * conv_dim + h * dk);
@@ -403,12 +425,16 @@ void CpuBackend::gdn_unpack(const float* qkvz, const float* ba, int64_t rows, in
         a[t * nv + h * r + i] = ba[t * 2 * nv + h * 2 * r + r + i];
       }
     }
-  }
+  });
 }
 
 void CpuBackend::causal_conv(float* x, int64_t T, int64_t channels, const float* w, int64_t kernel,
                              float* conv_state) {
-  causal_conv1d_silu(x, T, channels, w, kernel, conv_state);
+  // Channels are independent: prefill splits them into blocks of 64 over the pool (same bits).
+  constexpr int64_t kBlock = 64;
+  for_rows(ceil_div(channels, kBlock), T * kBlock * kernel, [&](int64_t b) {
+    causal_conv1d_silu_channels(x, T, channels, w, kernel, conv_state, b * kBlock, std::min(channels, (b + 1) * kBlock));
+  });
 }
 
 void CpuBackend::gdn_prep(const GdnPrepArgs& a) {
@@ -451,29 +477,28 @@ MoeRouting CpuBackend::moe_route(float* logits, int64_t rows, int64_t E, int64_t
 }
 
 void CpuBackend::moe_gather(const MoeRouting& r, const float* x, int64_t width, float* dst) {
-  const int64_t n = r.rows * r.k;
-  for (int64_t i = 0; i < n; ++i) {
+  for_rows(r.rows * r.k, width, [&](int64_t i) {
     const float* src = x + (r.sorted_slot[i] / r.k) * width;
     std::copy(src, src + width, dst + i * width);
-  }
+  });
 }
 
 void CpuBackend::moe_combine(const MoeRouting& r, const float* out, int64_t width, float* y) {
   // Per row, its K slots in increasing expert id: the order transformers sums experts in.
-  std::fill(y, y + r.rows * width, 0.0f);
-  int32_t by_expert[64];
-  std::vector<int32_t> big;
-  int32_t* idx = r.k <= 64 ? by_expert : (big.resize(size_t(r.k)), big.data());
-  for (int64_t t = 0; t < r.rows; ++t) {
+  for_rows(r.rows, r.k * width, [&](int64_t t) {
+    int32_t by_expert[64];
+    std::vector<int32_t> big;
+    int32_t* idx = r.k <= 64 ? by_expert : (big.resize(size_t(r.k)), big.data());
     for (int64_t j = 0; j < r.k; ++j) idx[j] = int32_t(t * r.k + j);
     std::sort(idx, idx + r.k, [&](int32_t a, int32_t b) { return r.slot_expert[a] < r.slot_expert[b]; });
     float* yt = y + t * width;
+    std::fill(yt, yt + width, 0.0f);
     for (int64_t j = 0; j < r.k; ++j) {
       const float wt = r.slot_weight[idx[j]];
       const float* o = out + int64_t(r.slot_pos[idx[j]]) * width;
       for (int64_t h = 0; h < width; ++h) yt[h] += wt * o[h];
     }
-  }
+  });
 }
 
 }  // namespace weft

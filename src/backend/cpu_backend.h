@@ -76,6 +76,8 @@ class CpuBackend final : public Backend {
   // Runs fn(row) for row < rows; on the pool in fixed blocks when the batch is large enough.
   template <typename Fn>
   void for_rows(int64_t rows, int64_t cost_per_row, const Fn& fn);
+  template <typename Fn>
+  void for_ranges(int64_t n, const Fn& fn);
   // Runs call(i, pool) for i < n: with at least as many calls as threads, the calls are the
   // parallel tasks (each single-threaded); otherwise one after another, each on the whole pool.
   // Every kernel's result is independent of its pool, so both give the same bits.

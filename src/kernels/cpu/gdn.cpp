@@ -10,22 +10,31 @@
 
 namespace weft {
 
-void causal_conv1d_silu(float* x, int64_t T, int64_t channels, const float* w, int64_t kernel, float* state) {
-  const int64_t hist = kernel - 1;
-  // window[i] = input at time (t - hist + i); rows 0..hist-1 come from state, then x.
-  // Reused per thread: this runs for every GDN layer of every token.
+void causal_conv1d_silu_channels(float* x, int64_t T, int64_t channels, const float* w, int64_t kernel, float* state,
+                                 int64_t c0, int64_t c1) {
+  const int64_t hist = kernel - 1, width = c1 - c0;
+  // window[i][c - c0] = input of channel c at time (t - hist + i); rows 0..hist-1 come from state,
+  // then x (copied first: x is overwritten in place). Reused per thread: this runs for every GDN
+  // layer of every token.
   thread_local std::vector<float> window;
-  window.resize(size_t((hist + T) * channels));
-  std::memcpy(window.data(), state, size_t(hist * channels) * sizeof(float));
-  std::memcpy(window.data() + hist * channels, x, size_t(T * channels) * sizeof(float));
+  window.resize(size_t((hist + T) * width));
+  for (int64_t i = 0; i < hist; ++i)
+    std::memcpy(window.data() + i * width, state + i * channels + c0, size_t(width) * sizeof(float));
+  for (int64_t t = 0; t < T; ++t)
+    std::memcpy(window.data() + (hist + t) * width, x + t * channels + c0, size_t(width) * sizeof(float));
   for (int64_t t = 0; t < T; ++t) {
-    for (int64_t c = 0; c < channels; ++c) {
+    for (int64_t c = c0; c < c1; ++c) {
       float s = 0;
-      for (int64_t j = 0; j < kernel; ++j) s += w[c * kernel + j] * window[size_t((t + j) * channels + c)];
+      for (int64_t j = 0; j < kernel; ++j) s += w[c * kernel + j] * window[size_t((t + j) * width + (c - c0))];
       x[t * channels + c] = silu(s);
     }
   }
-  std::memcpy(state, window.data() + T * channels, size_t(hist * channels) * sizeof(float));
+  for (int64_t i = 0; i < hist; ++i)
+    std::memcpy(state + i * channels + c0, window.data() + (T + i) * width, size_t(width) * sizeof(float));
+}
+
+void causal_conv1d_silu(float* x, int64_t T, int64_t channels, const float* w, int64_t kernel, float* state) {
+  causal_conv1d_silu_channels(x, T, channels, w, kernel, state, 0, channels);
 }
 
 void gdn_recurrent_scalar(const GdnRecurrentArgs& a, ThreadPool* pool) {

@@ -15,6 +15,9 @@ class ThreadPool;
 // w: [channels, kernel]; state: [kernel - 1, channels], the previous inputs (oldest first),
 // updated to the last kernel - 1 inputs. out[t][c] = silu(sum_j w[c][j] * in[t - (kernel-1) + j][c]).
 void causal_conv1d_silu(float* x, int64_t T, int64_t channels, const float* w, int64_t kernel, float* state);
+// The same for channels [c0, c1) only (channels are independent: any split gives the same bits).
+void causal_conv1d_silu_channels(float* x, int64_t T, int64_t channels, const float* w, int64_t kernel, float* state,
+                                 int64_t c0, int64_t c1);
 
 
 // Per token, per value head j (key head j / (n_v / n_k)):
