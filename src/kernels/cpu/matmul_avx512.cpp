@@ -189,6 +189,13 @@ constexpr int64_t kPrefillKBlock = 512;
 // Tokens per block: 48 x 512 floats of x (96 KiB) stay in L2 for every row pair of the task.
 constexpr int64_t kTokenBlock = 48;
 static_assert(kTokenBlock % kTileTokens == 0, "token blocks hold whole tiles");
+static_assert(kMatmulPrefillTokenGrain % kTokenBlock == 0, "token ranges of tasks hold whole blocks");
+// Rows per prefill task: up to kPrefillMaxRows while their widened f32 copy fits in
+// kPrefillWidenedBytes (half of Zen4's 1 MiB L2, a quarter of Sapphire Rapids' 2 MiB). Each
+// x row a task reads from L3 then feeds that many rows instead of 16: at 16 rows a 16-core
+// prefill pulled ~8 FLOP per byte of x from L3, at 64 rows 32.
+constexpr int64_t kPrefillWidenedBytes = int64_t(512) << 10;
+constexpr int64_t kPrefillMaxRows = 64;
 
 // Tile of P row pairs x C tokens over chunks [0, n_full) plus, when tail_rem != 0, one masked
 // chunk. pw[p]: pair p's interleaved weights at the block start (16 floats per chunk, tail lanes
@@ -271,15 +278,27 @@ void tile_tokens(const float* const* pw, const float* x, int64_t ldx, int64_t T,
 // Rows [n0, n1) widened into scratch by pair: pair p, chunk c at scratch[(p*chunks + c)*16],
 // [row 2p lanes | row 2p+1 lanes]. The tail chunk's missing lanes and a missing odd row are +0,
 // which makes the padded lanes' fma(+0, x, acc) = fma(+0, +0, acc) as x is zero-filled there too.
+// The next pair's two rows are prefetched while this pair is widened: perf on the 35B-A3B
+// geometry showed this loop waiting on its loads (12% of prefill, ~0.75 GB/s per thread: the
+// file's 4 KiB pages defeat the hardware prefetcher at each row start), and one pair ahead
+// (2 x row_bytes) keeps many lines in flight. Prefetches never fault, so none is range-checked.
 template <DType D>
 void widen_pairs(const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, int64_t K, float* scratch) {
+  constexpr int kElem = D == DType::kF32 ? 4 : 2;
+  constexpr int64_t kChunksPerLine = 64 / (8 * kElem);
   const int64_t chunks = (K + 7) / 8, k8 = K & ~int64_t(7);
   for (int64_t n = n0; n < n1; n += 2) {
     float* dst = scratch + ((n - n0) / 2) * chunks * 16;
     const uint8_t* a = w + size_t(n) * row_bytes;
     const bool has_b = n + 1 < n1;
     const uint8_t* b = has_b ? a + row_bytes : a;  // a missing odd row reads row a again, then zeroed
+    const bool has_next = n + 2 < n1;
+    const char* pf = reinterpret_cast<const char*>(a + 2 * row_bytes);
     for (int64_t k = 0; k < k8; k += 8) {
+      if (has_next && (k / 8) % kChunksPerLine == 0) {
+        _mm_prefetch(pf + k * kElem, _MM_HINT_T0);
+        _mm_prefetch(pf + row_bytes + k * kElem, _MM_HINT_T0);
+      }
       __m512 v = load_w_pair<D>(a, b, k);
       if (!has_b) v = _mm512_maskz_mov_ps(__mmask16(0x00FF), v);
       _mm512_storeu_ps(dst + 2 * k, v);
@@ -292,7 +311,7 @@ void widen_pairs(const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, int
   }
 }
 
-// Prefill of rows [n0, n1) (at most kMatmulRowsPerTask) for all T tokens.
+// Prefill of rows [n0, n1) (matmul_avx512_prefill_rows of them) for all T tokens.
 void prefill_block(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, int64_t K,
                    const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo) {
   thread_local std::vector<float> scratch, acc;
@@ -343,9 +362,16 @@ void decode_rows(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, in
 
 }  // namespace
 
+int64_t matmul_avx512_prefill_rows(int64_t K) {
+  int64_t rows = kPrefillWidenedBytes / (4 * (K > 0 ? K : 1));
+  rows = rows < kMatmulRowsPerTask ? kMatmulRowsPerTask : rows > kPrefillMaxRows ? kPrefillMaxRows : rows;
+  return rows / kMatmulRowsPerTask * kMatmulRowsPerTask;
+}
+
 void matmul_avx512(DType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
                    int64_t T, float* out, int64_t ldo, ThreadPool* pool) {
-  matmul_row_tasks(decode_rows, prefill_block, wtype, w, N, K, x, ldx, T, out, ldo, pool);
+  matmul_row_tasks(decode_rows, prefill_block, matmul_avx512_prefill_rows(K), wtype, w, N, K, x, ldx, T, out, ldo,
+                   pool);
 }
 
 }  // namespace weft
