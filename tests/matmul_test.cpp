@@ -161,6 +161,41 @@ TEST(Matmul, AccuracyAndDeterminism) {
   }
 }
 
+// Prefill task shapes: row blocks of matmul_prefill_rows_per_task (64 / 48 / 32 / 16 rows on
+// AVX-512 depending on K) with partial last blocks, and token ranges (pools with fewer row blocks
+// than 3 per thread split T in multiples of 48 tokens, ranges >= 96) with partial last ranges.
+// Every path, every pool size, against the scalar twin bit for bit, on fresh random data.
+TEST(Matmul, PrefillTaskGrainsKeepBits) {
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  ThreadPool pool2(2), pool3(3), pool8(8);
+  ThreadPool* pools[] = {nullptr, &pool2, &pool3, &pool8};
+  const bool avx2 = cpu_features().has_avx2_fma_f16c();
+  const bool avx512 = cpu_features().has_avx512_core();
+  struct Shape {
+    int64_t N, K, T;
+  };
+  // K 2053 -> 48-row blocks, 4100 -> 16; N 65 / 129 / 200: one row past a block, partial blocks;
+  // T 191 / 200 / 337: ranges of 96 / 144 with a short last one; 97 with 8 threads: no split.
+  const Shape shapes[] = {{65, 31, 337}, {129, 555, 200}, {200, 2053, 191}, {17, 4100, 97},
+                          {64, 8, 288}, {1, 257, 250}, {3, 7, 500}};
+  for (DType wtype : kWeightTypes) {
+    for (const Shape& s : shapes) {
+      SCOPED_TRACE(std::string(dtype_name(wtype)) + " N=" + std::to_string(s.N) + " K=" + std::to_string(s.K) +
+                   " T=" + std::to_string(s.T));
+      Problem p = make_problem(wtype, s.N, s.K, s.T, &rng);
+      const std::vector<float> want = run(matmul_scalar, p, nullptr);
+      for (ThreadPool* pool : pools) {
+        SCOPED_TRACE("pool of " + std::to_string(pool ? pool->size() : 1));
+        ASSERT_EQ(0, std::memcmp(run(matmul, p, pool).data(), want.data(), want.size() * 4));
+        if (avx2) ASSERT_EQ(0, std::memcmp(run(matmul_avx2, p, pool).data(), want.data(), want.size() * 4));
+        if (avx512) ASSERT_EQ(0, std::memcmp(run(matmul_avx512, p, pool).data(), want.data(), want.size() * 4));
+      }
+    }
+  }
+}
+
 // All-(-0) rows and infinities give the same bits on every path, tail or no tail, decode or
 // prefill tile (T = 1 and T = 13), and a row of -0 next to an inf row (AVX-512 pairs them).
 TEST(Matmul, SignedZeroAndSpecials) {
