@@ -29,6 +29,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
+#include <cstdint>
 #include <vector>
 
 #include "core/check.h"
@@ -209,12 +210,12 @@ void tile(const float* const* pw, const float* x, int64_t ldx, int64_t n_full, i
 #pragma GCC unroll 4
   for (int p = 0; p < P; ++p) {
 #pragma GCC unroll 6
-    for (int c = 0; c < C; ++c) acc[p][c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc_buf + c * acc_ld + 16 * p);
+    for (int c = 0; c < C; ++c) acc[p][c] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc_buf + c * acc_ld + 16 * p);
   }
   for (int64_t i = 0; i < n_full; ++i) {
     __m512 wv[P];
 #pragma GCC unroll 4
-    for (int p = 0; p < P; ++p) wv[p] = _mm512_loadu_ps(pw[p] + 16 * i);
+    for (int p = 0; p < P; ++p) wv[p] = _mm512_load_ps(pw[p] + 16 * i);
 #pragma GCC unroll 6
     for (int c = 0; c < C; ++c) {
       const __m512 xv = load_x(x + c * ldx + 8 * i);
@@ -226,7 +227,7 @@ void tile(const float* const* pw, const float* x, int64_t ldx, int64_t n_full, i
     const __mmask8 m = tail_mask(tail_rem);
     __m512 wv[P];
 #pragma GCC unroll 4
-    for (int p = 0; p < P; ++p) wv[p] = _mm512_loadu_ps(pw[p] + 16 * n_full);
+    for (int p = 0; p < P; ++p) wv[p] = _mm512_load_ps(pw[p] + 16 * n_full);
 #pragma GCC unroll 6
     for (int c = 0; c < C; ++c) {
       const __m512 xv = load_x_tail(x + c * ldx + 8 * n_full, m);
@@ -238,7 +239,7 @@ void tile(const float* const* pw, const float* x, int64_t ldx, int64_t n_full, i
 #pragma GCC unroll 4
     for (int p = 0; p < P; ++p) {
 #pragma GCC unroll 6
-      for (int c = 0; c < C; ++c) _mm512_storeu_ps(acc_buf + c * acc_ld + 16 * p, acc[p][c]);
+      for (int c = 0; c < C; ++c) _mm512_store_ps(acc_buf + c * acc_ld + 16 * p, acc[p][c]);
     }
     return;
   }
@@ -301,27 +302,42 @@ void widen_pairs(const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, int
       }
       __m512 v = load_w_pair<D>(a, b, k);
       if (!has_b) v = _mm512_maskz_mov_ps(__mmask16(0x00FF), v);
-      _mm512_storeu_ps(dst + 2 * k, v);
+      _mm512_store_ps(dst + 2 * k, v);
     }
     if (const int64_t rem = K - k8; rem != 0) {
       __m512 v = load_w_pair_tail<D>(a, b, k8, tail_mask(rem));
       if (!has_b) v = _mm512_maskz_mov_ps(__mmask16(0x00FF), v);
-      _mm512_storeu_ps(dst + 2 * k8, v);
+      _mm512_store_ps(dst + 2 * k8, v);
     }
   }
 }
 
+// A per-thread float buffer whose data is 64-byte aligned: every zmm load of the widened
+// weights and of the accumulators then stays inside one cache line (a std::vector of this size
+// comes from mmap at 16 mod 64, which split every one of them across two lines).
+class AlignedFloats {
+ public:
+  float* get(size_t n) {
+    if (v_.size() < n + 16) v_.resize(n + 16);
+    const uintptr_t p = reinterpret_cast<uintptr_t>(v_.data());
+    return reinterpret_cast<float*>((p + 63) & ~uintptr_t(63));
+  }
+
+ private:
+  std::vector<float> v_;
+};
+
 // Prefill of rows [n0, n1) (matmul_avx512_prefill_rows of them) for all T tokens.
 void prefill_block(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, int64_t K,
                    const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo) {
-  thread_local std::vector<float> scratch, acc;
+  thread_local AlignedFloats scratch_buf, acc_buf;
   const int64_t n_rows = n1 - n0, pairs = (n_rows + 1) / 2, chunks = (K + 7) / 8;
-  if (scratch.size() < size_t(pairs * chunks * 16)) scratch.resize(size_t(pairs * chunks * 16));
-  if (acc.size() < size_t(pairs * kTokenBlock * 16)) acc.resize(size_t(pairs * kTokenBlock * 16));
+  float* scratch = scratch_buf.get(size_t(pairs * chunks * 16));
+  float* acc = acc_buf.get(size_t(pairs * kTokenBlock * 16));
   switch (wtype) {
-    case DType::kF16: widen_pairs<DType::kF16>(w, row_bytes, n0, n1, K, scratch.data()); break;
-    case DType::kBF16: widen_pairs<DType::kBF16>(w, row_bytes, n0, n1, K, scratch.data()); break;
-    default: widen_pairs<DType::kF32>(w, row_bytes, n0, n1, K, scratch.data()); break;
+    case DType::kF16: widen_pairs<DType::kF16>(w, row_bytes, n0, n1, K, scratch); break;
+    case DType::kBF16: widen_pairs<DType::kBF16>(w, row_bytes, n0, n1, K, scratch); break;
+    default: widen_pairs<DType::kF32>(w, row_bytes, n0, n1, K, scratch); break;
   }
   for (int64_t t0 = 0; t0 < T; t0 += kTokenBlock) {
     const int64_t tb = T - t0 < kTokenBlock ? T - t0 : kTokenBlock;
@@ -333,10 +349,10 @@ void prefill_block(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, 
       for (int64_t p0 = 0; p0 < pairs; p0 += kTilePairs) {
         const int p_count = int(pairs - p0 < kTilePairs ? pairs - p0 : kTilePairs);
         const float* pw[kTilePairs];
-        for (int p = 0; p < p_count; ++p) pw[p] = scratch.data() + ((p0 + p) * chunks + kb / 8) * 16;
+        for (int p = 0; p < p_count; ++p) pw[p] = scratch + ((p0 + p) * chunks + kb / 8) * 16;
         const int rows = int(n_rows - 2 * p0 < 2 * kTilePairs ? n_rows - 2 * p0 : 2 * kTilePairs);
         // Each group of pairs owns tb * 16 * p_count accumulator floats.
-        float* group_acc = acc.data() + p0 * kTokenBlock * 16;
+        float* group_acc = acc + p0 * kTokenBlock * 16;
         float* group_out = out + t0 * ldo + n0 + 2 * p0;
         switch (p_count) {
           case 4: tile_tokens<4>(pw, xb, ldx, tb, n_full, tail_rem, first, last, group_acc, group_out, ldo, rows); break;
