@@ -16,7 +16,9 @@
 //     one 256-bit broadcast per token. The tile is 4 pairs (8 rows) x 6 tokens: 24 accumulators
 //     + 4 weight registers + 1 x register of the 32 zmm; each x load feeds 8 rows (AVX2: 4).
 //     Tokens are taken in blocks of kTokenBlock so a block's x rows stay in L2 while every row
-//     pair of the task sweeps them.
+//     pair of the task sweeps them. A task holds up to 64 rows (matmul_avx512_prefill_rows), so
+//     each x row it pulls from L3 feeds 64 weight rows (16 before: a 16-core prefill then read
+//     ~50 GB/s of x from L3); the widened rows and accumulators sit 64-byte aligned.
 //   K % 8 tails use masked loads, which never fault on the masked-out lanes, so no byte past a
 //   row (possibly the end of a memory-mapped file) or past the last x row is read.
 #include <immintrin.h>
