@@ -281,10 +281,10 @@ void tile_tokens(const float* const* pw, const float* x, int64_t ldx, int64_t T,
 // Rows [n0, n1) widened into scratch by pair: pair p, chunk c at scratch[(p*chunks + c)*16],
 // [row 2p lanes | row 2p+1 lanes]. The tail chunk's missing lanes and a missing odd row are +0,
 // which makes the padded lanes' fma(+0, x, acc) = fma(+0, +0, acc) as x is zero-filled there too.
-// The next pair's two rows are prefetched while this pair is widened: perf on the 35B-A3B
-// geometry showed this loop waiting on its loads (12% of prefill, ~0.75 GB/s per thread: the
-// file's 4 KiB pages defeat the hardware prefetcher at each row start), and one pair ahead
-// (2 x row_bytes) keeps many lines in flight. Prefetches never fault, so none is range-checked.
+// The next pair's two rows are prefetched while this pair is widened, so the loop does not wait
+// on each row start's misses (perf had shown it stalled on its loads, 12% of samples under
+// `weft bench`, just after its bandwidth probe had evicted the caches; 1.4-2.8% in plain
+// generate runs). Prefetches never fault, so none is range-checked.
 template <DType D>
 void widen_pairs(const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, int64_t K, float* scratch) {
   constexpr int kElem = D == DType::kF32 ? 4 : 2;
