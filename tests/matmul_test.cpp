@@ -176,9 +176,9 @@ TEST(Matmul, PrefillTaskGrainsKeepBits) {
   struct Shape {
     int64_t N, K, T;
   };
-  // K 2053 -> 48-row blocks, 4100 -> 16; N 65 / 129 / 200: one row past a block, partial blocks;
+  // K 2053 -> 48-row blocks, 4100 -> 16; N 65 / 100 / 129: one row past a block, partial blocks;
   // T 191 / 200 / 337: ranges of 96 / 144 with a short last one; 97 with 8 threads: no split.
-  const Shape shapes[] = {{65, 31, 337}, {129, 555, 200}, {200, 2053, 191}, {17, 4100, 97},
+  const Shape shapes[] = {{65, 31, 337}, {129, 555, 200}, {100, 2053, 191}, {17, 4100, 97},
                           {64, 8, 288}, {1, 257, 250}, {3, 7, 500}};
   for (DType wtype : kWeightTypes) {
     for (const Shape& s : shapes) {
