@@ -281,27 +281,15 @@ void tile_tokens(const float* const* pw, const float* x, int64_t ldx, int64_t T,
 // Rows [n0, n1) widened into scratch by pair: pair p, chunk c at scratch[(p*chunks + c)*16],
 // [row 2p lanes | row 2p+1 lanes]. The tail chunk's missing lanes and a missing odd row are +0,
 // which makes the padded lanes' fma(+0, x, acc) = fma(+0, +0, acc) as x is zero-filled there too.
-// The next pair's two rows are prefetched while this pair is widened, so the loop does not wait
-// on each row start's misses (perf had shown it stalled on its loads, 12% of samples under
-// `weft bench`, just after its bandwidth probe had evicted the caches; 1.4-2.8% in plain
-// generate runs). Prefetches never fault, so none is range-checked.
 template <DType D>
 void widen_pairs(const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, int64_t K, float* scratch) {
-  constexpr int kElem = D == DType::kF32 ? 4 : 2;
-  constexpr int64_t kChunksPerLine = 64 / (8 * kElem);
   const int64_t chunks = (K + 7) / 8, k8 = K & ~int64_t(7);
   for (int64_t n = n0; n < n1; n += 2) {
     float* dst = scratch + ((n - n0) / 2) * chunks * 16;
     const uint8_t* a = w + size_t(n) * row_bytes;
     const bool has_b = n + 1 < n1;
     const uint8_t* b = has_b ? a + row_bytes : a;  // a missing odd row reads row a again, then zeroed
-    const bool has_next = n + 2 < n1;
-    const char* pf = reinterpret_cast<const char*>(a + 2 * row_bytes);
     for (int64_t k = 0; k < k8; k += 8) {
-      if (has_next && (k / 8) % kChunksPerLine == 0) {
-        _mm_prefetch(pf + k * kElem, _MM_HINT_T0);
-        _mm_prefetch(pf + row_bytes + k * kElem, _MM_HINT_T0);
-      }
       __m512 v = load_w_pair<D>(a, b, k);
       if (!has_b) v = _mm512_maskz_mov_ps(__mmask16(0x00FF), v);
       _mm512_store_ps(dst + 2 * k, v);
