@@ -31,6 +31,7 @@
 #include "kernels/cpu/attention_quant.h"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/attention_kernels.cuh"
+#include "kernels/cuda/attention_qkeys.cuh"
 
 namespace weft {
 namespace {
@@ -626,6 +627,97 @@ TEST(AttentionCuda, PdlMergeEqualsPlainMerge) {
           << type_name(t) << " T " << T << ": PDL merge differs from the plain launch";
     }
   }
+}
+
+// Round 8's split tree of the key-parallel kernel (attention_qkeys.cuh): a partial every G 256-key
+// sub-splits, G the smallest power of two leaving a row at most 128 partials. Host arithmetic: runs
+// without a GPU too.
+TEST(AttentionCuda, LongSplitGroupsFollowTheRowLength) {
+  using cuda::detail::kQMaxParts;
+  using cuda::detail::qkeys_parts;
+  using cuda::detail::qkeys_split_group;
+  const int cases[][2] = {{1, 1},         {256, 1},    {32768, 1}, {32769, 2},  {65536, 2},
+                          {65537, 4},     {131072, 4}, {131073, 8}, {262144, 8}, {262145, 16}};
+  for (const auto& c : cases) EXPECT_EQ(qkeys_split_group(c[0], kQMaxParts), c[1]) << c[0] << " keys";
+  for (int n = 1; n < (1 << 21); n = n * 3 / 2 + 7) {
+    const int g = qkeys_split_group(n, kQMaxParts), parts = qkeys_parts(n, kQMaxParts);
+    EXPECT_LE(parts, kQMaxParts) << n;
+    EXPECT_EQ(g & (g - 1), 0) << n << ": not a power of two";
+    if (g > 1) EXPECT_GT((cuda::detail::qkeys_sub_splits(n) + g / 2 - 1) / (g / 2), kQMaxParts) << n << ": G not the smallest";
+    EXPECT_EQ(qkeys_split_group(n, 0), 1);
+    EXPECT_EQ(qkeys_parts(n, 0), cuda::detail::qkeys_sub_splits(n));
+  }
+}
+
+// Rows whose positions straddle a change of split group (32768 | 32769 keys: G 1 -> 2; 65536 |
+// 65537: G 2 -> 4) inside one block — a verify call's row group, a prefill call's in-block fold at
+// GQA 1 — carry exactly the bits of decode at their positions, and stay within the bounds vs
+// float64; round 7's fixed splits (long splits off) too. Then the long splits against the fixed
+// ones at 70001 keys: different trees, both within the bound, and launch shapes change no bit.
+TEST(AttentionCuda, LongSplitsStraddleAndEqualDecodeBits) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(test_seed() + 10);
+  const bool saved_long = cuda::detail::qkeys_long_splits();
+  struct S {
+    int64_t ctx, group, T, pos0;
+    DType k, v;
+  };
+  const S cases[] = {{32800, 4, 4, 32766, DType::kQ8_0, DType::kQ8_0},    // 16 rows: n 32767..32770
+                     {32900, 1, 100, 32718, DType::kQ4_0, DType::kQ8_0},  // prefill, 8 positions a block
+                     {65600, 8, 3, 65535, DType::kQ8_0, DType::kQ4_0},    // 24 rows: n 65536..65538
+                     {65600, 1, 70, 65500, DType::kF16, DType::kQ8_0},    // prefill, f16 K
+                     {32800, 3, 2, 32767, DType::kQ4_0, DType::kF16}};    // 6 rows + 2 padding rows
+  for (const S& c : cases) {
+    auto L = make_layer(c.ctx, 1, 64, c.k, c.v, 256, rng);
+    const int64_t n_heads = c.group, row = n_heads * 64;
+    const auto q = random_q(c.T, n_heads, 64, rng);
+    for (bool on : {true, false}) {
+      cuda::detail::set_qkeys_long_splits(on);
+      const auto multi = gpu_attention(*L, q, c.T, c.pos0, n_heads);
+      EXPECT_FALSE(has_nonfinite(multi));
+      // vs float64 on the same rows (the whole call).
+      const auto ref = cpu_attention(*L, q, c.T, c.pos0, n_heads, true);
+      EXPECT_LE(rel_error(multi, ref, L->v), gpu_bound(c.k, c.v))
+          << "ctx " << c.ctx << " T " << c.T << " long splits " << on << " (vs float64)";
+      std::vector<int64_t> rows_to_check;
+      for (int64_t i = 0; i < c.T; ++i) {
+        const int64_t n = c.pos0 + i + 1;  // keys the row sees
+        if (c.T <= 4 || n == 32768 || n == 32769 || n == 65536 || n == 65537 || i == 0 || i == c.T - 1 ||
+            i % 17 == 3)
+          rows_to_check.push_back(i);
+      }
+      for (int64_t i : rows_to_check) {
+        const std::vector<float> qi(q.begin() + i * row, q.begin() + (i + 1) * row);
+        const auto one = gpu_attention(*L, qi, 1, c.pos0 + i, n_heads);
+        EXPECT_EQ(std::memcmp(one.data(), multi.data() + i * row, size_t(row) * 4), 0)
+            << "ctx " << c.ctx << " T " << c.T << " long splits " << on << ": row " << i << " (" << c.pos0 + i + 1
+            << " keys) differs from decode";
+      }
+    }
+  }
+  // 70001 keys (G = 4: 69 partials, against 274 fixed splits), head_dim 256, GQA 8.
+  auto L = make_layer(70001, 2, 256, DType::kQ8_0, DType::kQ8_0, 256, rng);
+  const auto q = random_q(1, 16, 256, rng);
+  const auto ref = cpu_attention(*L, q, 1, 70000, 16, true);
+  cuda::detail::set_qkeys_long_splits(true);
+  const auto lng = gpu_attention(*L, q, 1, 70000, 16);
+  const cuda::detail::SplitTuning saved = cuda::detail::split_tuning();
+  for (int bps : {1, 3}) {  // runs of 8 / 4 sub-splits instead of 4
+    cuda::detail::SplitTuning t = saved;
+    t.keys_blocks_per_sm = bps;
+    t.qkeys_pdl_merge = bps == 3;
+    cuda::detail::set_split_tuning(t);
+    const auto reshaped = gpu_attention(*L, q, 1, 70000, 16);
+    EXPECT_EQ(std::memcmp(lng.data(), reshaped.data(), lng.size() * 4), 0) << "long splits: launch shape " << bps;
+  }
+  cuda::detail::set_split_tuning(saved);
+  cuda::detail::set_qkeys_long_splits(false);
+  const auto fixed = gpu_attention(*L, q, 1, 70000, 16);
+  cuda::detail::set_qkeys_long_splits(saved_long);
+  EXPECT_LE(rel_error(lng, ref, L->v), gpu_bound(DType::kQ8_0, DType::kQ8_0)) << "long splits vs float64";
+  EXPECT_LE(rel_error(fixed, ref, L->v), gpu_bound(DType::kQ8_0, DType::kQ8_0)) << "fixed splits vs float64";
+  EXPECT_NE(std::memcmp(lng.data(), fixed.data(), lng.size() * 4), 0) << "the two trees gave the same bits: "
+                                                                         "are the long splits in use?";
 }
 
 TEST(AttentionCuda, BadCallsThrow) {

@@ -129,5 +129,39 @@ TEST(HostWeightCopy, BoundBackendGivesTheSameBits) {
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
 }
 
+// A report says where the weights sit: nothing before binding; after it, the copy with its share
+// on 2 MiB pages as the kernel reports it (/proc/self/smaps), or the mapped file and why.
+TEST(HostWeightCopy, BackendSaysWhereTheWeightsAre) {
+  CpuWeightsEnvGuard env;
+  unsetenv("WEFT_CPU_WEIGHTS");
+  const size_t bytes = size_t(6) << 20;  // three huge pages' worth, so some can be huge
+  std::vector<uint8_t> w(bytes, 3);
+  WeightSet set;
+  set.matrices.push_back(Matrix{DType::kBF16, w.data(), int64_t(bytes / 4096), 2048});
+  CpuBackend be(1);
+  EXPECT_EQ(be.weights_where(), "");
+  const int key = 0;
+  ASSERT_TRUE(be.bind_weights(&key, set).ok());
+  const std::string where = be.weights_where();
+  std::string why;
+  auto copy = HostWeightCopy::shared(&key, set, &why);
+  if (!copy) {
+    EXPECT_NE(where.find("memory-mapped file"), std::string::npos) << where;
+    return;
+  }
+  EXPECT_NE(where.find("huge-page copy, 6 MiB"), std::string::npos) << where;
+  if (copy->huge_bytes() != SIZE_MAX) {
+    EXPECT_LE(copy->huge_bytes(), size_t(8) << 20);  // the aligned mapping, at most
+    EXPECT_EQ(copy->huge_bytes() % (size_t(2) << 20), 0u);
+    EXPECT_NE(where.find("on 2 MiB pages"), std::string::npos) << where;
+  }
+  CpuWeightsEnvGuard env2;
+  setenv("WEFT_CPU_WEIGHTS", "mmap", 1);
+  CpuBackend in_place(1);
+  const int key2 = 0;
+  ASSERT_TRUE(in_place.bind_weights(&key2, set).ok());
+  EXPECT_NE(in_place.weights_where().find("memory-mapped file"), std::string::npos) << in_place.weights_where();
+}
+
 }  // namespace
 }  // namespace weft

@@ -6,8 +6,9 @@
 // as a Markdown table with the q8_0/f16 and q4_0/f16 time ratios (default kernel per KV type),
 // and the times of the tiled kernels forced (dim-parallel: attention_split.cu, the f16 kernel and
 // the quantized one of round 3; key-parallel: attention_qkeys.cu, the quantized default; and
-// attention_qkeys.cu with a q8_0 V read as words, a shape of round 7 that lost) on the same cache
-// in the same run. Every repeat is queued behind
+// attention_qkeys.cu with round 7's fixed 256-key splits, the before of round 8's long splits) on
+// the same cache in the same run, and for the quantized types where a call's time goes (its split
+// kernel alone, its merge alone, both: each tree). Every repeat is queued behind
 // its L2 flush before anything is waited for, so the events time the GPU work, not the host's
 // launch overhead (as in a decode step captured in a CUDA graph).
 // --sweep adds a table of launch shapes (cuda::detail::SplitTuning) at 32K and 128K.
@@ -28,6 +29,7 @@
 #include "cache/kv_cache.h"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/attention_kernels.cuh"
+#include "kernels/cuda/attention_qkeys.cuh"
 
 namespace {
 
@@ -203,14 +205,15 @@ int main(int argc, char** argv) {
   fill_random<<<unsigned((T * n_heads * hd + 255) / 256), 256, 0, stream>>>(q, T * n_heads * hd, 7);
 
   std::map<std::pair<int64_t, int>, double> us;  // (depth, type index) -> median µs
-  std::string sweep_rows;
+  std::string sweep_rows, parts_rows;
+  const bool long_default = cuda::detail::qkeys_long_splits();
   const DType types[] = {DType::kF16, DType::kQ8_0, DType::kQ4_0};
   std::printf("# attention_cuda_bench on %s (%d SMs): %lld Q heads, %lld KV heads, head_dim %lld, T = %d, "
               "median of %d, L2 flushed by a read\n\n",
               prop.name, prop.multiProcessorCount, (long long)n_heads, (long long)n_kv, (long long)hd, T, repeats);
   std::printf("Device-to-device copy bandwidth (read + write): %.0f GB/s\n\n", copy_gbs);
   std::printf("| depth | KV type | KV bytes read (MiB) | time (µs) | GB/s | %% of copy BW | time / f16 | "
-              "dim-parallel kernel (µs) | key-parallel kernel (µs) | key-parallel, V as words (µs) |\n");
+              "dim-parallel kernel (µs) | key-parallel kernel (µs) | key-parallel, 256-key splits (round 7) (µs) |\n");
   std::printf("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int ti = 0; ti < 3; ++ti) {
     const DType t = types[ti];
@@ -252,20 +255,45 @@ int main(int argc, char** argv) {
       c.kv.length = depth;
       c.args = {q, T, depth - T, n_heads, 1.0f / 16.0f, out};
       void* ws = nullptr;
-      ck(cudaMalloc(&ws, std::max<size_t>(cuda::attention_workspace_bytes(&c, 1), 1)), "malloc ws");
+      // Sized for both split trees (round 7's fixed splits have the most partials).
+      cuda::detail::set_qkeys_long_splits(false);
+      const size_t ws_fixed = cuda::attention_workspace_bytes(&c, 1);
+      cuda::detail::set_qkeys_long_splits(long_default);
+      ck(cudaMalloc(&ws, std::max<size_t>(std::max(ws_fixed, cuda::attention_workspace_bytes(&c, 1)), 1)), "malloc ws");
       const double t_us = time_us(stream, src, size_t(256) << 20, repeats, [&] { cuda::attention(&c, 1, ws, stream); });
       ck(cudaGetLastError(), "attention");
       // The same call on each tiled kernel (same workspace: both write the same partials).
       const cuda::detail::SplitTuning saved = cuda::detail::split_tuning();
       double forced_us[3];
-      for (int keys = 0; keys < 3; ++keys) {  // dim-parallel, key-parallel, key-parallel with V words
+      for (int keys = 0; keys < 3; ++keys) {  // dim-parallel, key-parallel, key-parallel with 256-key splits
         cuda::detail::SplitTuning f = saved;
         f.keys_quant = f.keys_f16 = keys >= 1;
-        f.qkeys_vwords = keys == 2;
         cuda::detail::set_split_tuning(f);
+        cuda::detail::set_qkeys_long_splits(keys == 2 ? false : long_default);
         forced_us[keys] = time_us(stream, src, size_t(256) << 20, repeats, [&] { cuda::attention(&c, 1, ws, stream); });
       }
       cuda::detail::set_split_tuning(saved);
+      cuda::detail::set_qkeys_long_splits(long_default);
+      // Quantized types: the key-parallel call's split kernel alone, its merge alone (on the
+      // partials the split kernel left; L2 flushed before it too, so they come from DRAM, where
+      // inside a call they are mostly still in L2) and both, per split tree.
+      if (t != DType::kF16) {
+        const size_t off = 0;
+        double part_us[2][3];
+        for (int tree = 0; tree < 2; ++tree) {  // long splits (round 8), fixed 256-key splits (round 7)
+          cuda::detail::set_qkeys_long_splits(tree == 0);
+          for (int what = 0; what < 3; ++what)
+            part_us[tree][what] = time_us(stream, src, size_t(256) << 20, repeats, [&] {
+              cuda::detail::attention_qkeys_parts(&c, &off, 1, static_cast<uint8_t*>(ws), stream, what != 1, what != 0);
+            });
+        }
+        cuda::detail::set_qkeys_long_splits(long_default);
+        char line[240];
+        std::snprintf(line, sizeof line, "| %lldK | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n",
+                      (long long)(depth / 1024), type_name(t), part_us[0][0], part_us[0][1], part_us[0][2],
+                      part_us[1][0], part_us[1][1], part_us[1][2]);
+        parts_rows += line;
+      }
       const double bytes = double(depth) * double(n_kv) * double(view.k_row_bytes + view.v_row_bytes);
       const double gbs = bytes / (t_us * 1e-6) / 1e9;
       us[{depth, ti}] = t_us;
@@ -287,6 +315,11 @@ int main(int argc, char** argv) {
       };
       const cuda::detail::SplitTuning d = cuda::detail::split_tuning();
       std::vector<Shape> shapes = {{"default", d}};
+      shapes.push_back({"key-parallel, 256-key splits (round 7)", d});  // long splits off below
+      shapes.back().t.keys_quant = shapes.back().t.keys_f16 = true;
+      shapes.push_back({"key-parallel, 256-key splits (round 7), merge without PDL", d});
+      shapes.back().t.keys_quant = shapes.back().t.keys_f16 = true;
+      shapes.back().t.qkeys_pdl_merge = false;
       shapes.push_back({"key-parallel kernel", d});
       shapes.back().t.keys_quant = shapes.back().t.keys_f16 = true;
       shapes.push_back({"key-parallel, 4 stages, 227 KiB", d});
@@ -330,9 +363,13 @@ int main(int argc, char** argv) {
         c.kv.length = depth;
         c.args = {q, T, depth - T, n_heads, 1.0f / 16.0f, out};
         void* ws = nullptr;
-        ck(cudaMalloc(&ws, std::max<size_t>(cuda::attention_workspace_bytes(&c, 1), 1)), "malloc ws");
+        cuda::detail::set_qkeys_long_splits(false);
+        const size_t ws_fixed = cuda::attention_workspace_bytes(&c, 1);
+        cuda::detail::set_qkeys_long_splits(long_default);
+        ck(cudaMalloc(&ws, std::max<size_t>(std::max(ws_fixed, cuda::attention_workspace_bytes(&c, 1)), 1)), "malloc ws");
         for (const Shape& sh : shapes) {
           cuda::detail::set_split_tuning(sh.t);
+          cuda::detail::set_qkeys_long_splits(std::strstr(sh.name, "round 7") ? false : long_default);
           const double t_us =
               time_us(stream, src, size_t(256) << 20, 11, [&] { cuda::attention(&c, 1, ws, stream); });
           const double bytes = double(depth) * double(n_kv) * double(view.k_row_bytes + view.v_row_bytes);
@@ -342,6 +379,7 @@ int main(int argc, char** argv) {
           sweep_rows += line;
         }
         cuda::detail::set_split_tuning(d);
+        cuda::detail::set_qkeys_long_splits(long_default);
         ck(cudaFree(ws), "free");
       }
     }
@@ -356,6 +394,12 @@ int main(int argc, char** argv) {
     std::printf("%lldK q8_0/f16 %.2f q4_0/f16 %.2f; ", (long long)(depth / 1024), us[{depth, 1}] / us[{depth, 0}],
                 us[{depth, 2}] / us[{depth, 0}]);
   std::printf("\n");
+  if (!parts_rows.empty()) {
+    std::printf("\nWhere a quantized call's time goes (key-parallel kernel; µs, median; merge alone reads its "
+                "partials from DRAM):\n\n| depth | KV type | long splits: split kernel | merge | call | "
+                "256-key splits (round 7): split kernel | merge | call |\n|---:|---|---:|---:|---:|---:|---:|---:|\n%s",
+                parts_rows.c_str());
+  }
   if (sweep) {
     std::printf("\nLaunch shapes (median of 11):\n\n| depth | KV type | shape | time (µs) | %% of copy BW |\n"
                 "|---:|---|---|---:|---:|\n%s",

@@ -13,8 +13,11 @@ the weft / llama.cpp ratio, then prefill tok/s at the largest thread count.
 Depth 1 stands for "near depth 0" (weft bench needs a positive depth; llama-bench's -d 0 is
 used for it). llama-bench runs once per depth over all thread counts, most threads first, so it
 fills each depth once (it restores the filled state for the other thread counts); weft bench
-fills the deepest depth once per thread count, at that thread count. This script only runs
-binaries it is given; it builds nothing.
+fills the deepest depth once per thread count, at that thread count, unless --weft-tile-fill N is
+given: then weft prefills N tokens and repeats their KV pages up to each depth (`weft bench
+--tile-fill`: the decode reads the bytes of a real cache of that depth), and its prefill speed is
+measured by one more run at the most threads that fills --prefill-depth tokens for real. This
+script only runs binaries it is given; it builds nothing.
 """
 import argparse
 import json
@@ -36,12 +39,26 @@ def spread(xs):
     return m, (max(xs) - min(xs)) / m if m > 0 else 0.0
 
 
-def weft_runs(args, threads):
-    d = run_json([args.weft, "bench", "-m", args.model, "--ctx", args.depths, "--arms", "f16",
-                  "--threads", str(threads), "--repeats", str(args.repeats), "--gen", str(args.gen),
+def weft_bench(args, threads, depths, extra):
+    return run_json([args.weft, "bench", "-m", args.model, "--ctx", depths, "--arms", "f16",
+                     "--threads", str(threads), "--repeats", str(args.repeats), "--gen", str(args.gen),
+                     "--bandwidth-mib", "64", "--json", "-q"] + extra)
+
+
+def weft_prefill(args, threads):
+    """Prefill tok/s filling --prefill-depth tokens for real (one repeat of a short decode)."""
+    d = run_json([args.weft, "bench", "-m", args.model, "--ctx", str(args.prefill_depth), "--arms", "f16",
+                  "--threads", str(threads), "--repeats", "1", "--gen", "4", "--bandwidth-mib", "64",
                   "--json", "-q"])
+    return d["depths"][0].get("prefill_tok_s")
+
+
+def weft_runs(args, threads):
+    extra = ["--tile-fill", str(args.weft_tile_fill)] if args.weft_tile_fill else []
+    d = weft_bench(args, threads, args.depths, extra)
     decode = {dep["ctx"]: dep["arms"]["f16"]["tok_s_runs"] for dep in d["depths"]}
     prefill = {dep["ctx"]: dep.get("prefill_tok_s") for dep in d["depths"]}
+    print(f"  weft at {threads} threads: probe {d.get('bandwidth_gb_s', 0):.1f} GB/s", file=sys.stderr, flush=True)
     return decode, prefill
 
 
@@ -77,6 +94,8 @@ def main():
     ap.add_argument("--llama-bench", default=None)
     ap.add_argument("--prefill-depth", type=int, default=4096,
                     help="compare prefill filling this depth (one of --depths) with llama-bench -p N")
+    ap.add_argument("--weft-tile-fill", type=int, default=0,
+                    help="weft: prefill this many tokens and tile their KV pages to each depth")
     ap.add_argument("--json", default=None, help="also write every sample here")
     args = ap.parse_args()
     threads = [int(t) for t in args.threads.split(",")]
@@ -101,7 +120,9 @@ def main():
                 lm, ls = spread(r["llama"][str(d)])
                 cell_l, ratio = f"{lm:.2f} ({100 * ls:.1f}%)", f"{wm / lm:.2f}"
             print(f"| {r['threads']} | {0 if d == 1 else d} | {wm:.2f} ({100 * ws:.1f}%) | {cell_l} | {ratio} |")
-    top = results[-1]
+    top = max(results, key=lambda r: r["threads"])
+    if args.weft_tile_fill:
+        top["weft_prefill_tok_s"] = weft_prefill(args, top["threads"])
     wp = top["weft_prefill_tok_s"]
     line = f"prefill at {top['threads']} threads, filling depth {args.prefill_depth}: weft {wp or 0:.1f} tok/s"
     if args.llama_bench:

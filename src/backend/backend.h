@@ -158,6 +158,10 @@ class Backend {
   virtual ThreadPool& pool() = 0;
   // "cpu" or "cuda": where the ops run.
   virtual const char* device() const { return "cpu"; }
+  // Where the bound weights are read from, for reports (empty before bind_weights): e.g. "a
+  // huge-page copy, 2324 MiB, 100% on 2 MiB pages" — a roofline assumes the memory the weights
+  // actually sit in, so a report says which.
+  virtual std::string weights_where() const { return ""; }
 
   // Measures the bandwidth of this backend's memory with arrays of at least `bytes` (raised so
   // they dwarf the device's cache), best of `trials`. nullopt for a host backend: its memory is

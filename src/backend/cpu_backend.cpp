@@ -36,6 +36,19 @@ CpuBackend::CpuBackend(int threads) : pool_(threads) {}
 
 std::string CpuBackend::name() const { return "cpu: " + kernel_path_description(); }
 
+std::string CpuBackend::weights_where() const {
+  if (bound_key_ == nullptr) return "";
+  if (!bound_copy_) return "the memory-mapped file" + (bound_why_.empty() ? std::string(" (WEFT_CPU_WEIGHTS)") : " (" + bound_why_ + ")");
+  char buf[160];
+  const size_t all = bound_copy_->bytes(), huge = bound_copy_->huge_bytes();
+  if (huge == SIZE_MAX)
+    std::snprintf(buf, sizeof buf, "a huge-page copy, %zu MiB (pages unknown)", all >> 20);
+  else
+    std::snprintf(buf, sizeof buf, "a huge-page copy, %zu MiB, %.0f%% on 2 MiB pages", all >> 20,
+                  all ? 100.0 * double(std::min(huge, all)) / double(all) : 0.0);
+  return buf;
+}
+
 float* CpuBackend::buffer(Buf role, int64_t n) {
   std::vector<float>& v = buffers_[size_t(role)];
   if (v.size() < size_t(n)) v.resize(size_t(n));
@@ -74,6 +87,7 @@ Status CpuBackend::bind_weights(const void* key, const WeightSet& weights) {
   bound_copy_.reset();  // before the new copy: never two of them at once
   bound_copy_ = HostWeightCopy::shared(key, weights, &why);
   bound_key_ = key;
+  bound_why_ = why;
   if (!why.empty()) {
     static std::once_flag said;
     std::call_once(said, [&] { std::fprintf(stderr, "weft: cpu weights: %s\n", why.c_str()); });

@@ -20,6 +20,7 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(int threads);
 
   std::string name() const override;
+  std::string weights_where() const override;
   int threads() const override { return pool_.size(); }
   ThreadPool& pool() override { return pool_; }
 
@@ -71,6 +72,7 @@ class CpuBackend final : public Backend {
   // its copy (nullptr: read in place).
   const void* bound_key_ = nullptr;
   std::shared_ptr<const HostWeightCopy> bound_copy_;
+  std::string bound_why_;  // why the weights are read in place, when they are
   // Runs fn(row) for row < rows; on the pool in fixed blocks when the batch is large enough.
   template <typename Fn>
   void for_rows(int64_t rows, int64_t cost_per_row, const Fn& fn);

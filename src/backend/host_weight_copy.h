@@ -63,6 +63,8 @@ class HostWeightCopy {
   // Number of matrices stored as groups.
   size_t repacked_matrices() const { return repacked_.size(); }
   size_t bytes() const { return bytes_; }
+  // Bytes of the copy on 2 MiB pages when it was made (/proc/self/smaps); SIZE_MAX if unknown.
+  size_t huge_bytes() const { return huge_bytes_; }
 
  private:
   HostWeightCopy() = default;
@@ -81,6 +83,7 @@ class HostWeightCopy {
   void* mapping_ = nullptr;
   size_t mapping_bytes_ = 0;
   size_t bytes_ = 0;
+  size_t huge_bytes_ = SIZE_MAX;
   // Rewrites the set's grouped-type matrices in the (still writable) copy as groups; fills repacked_.
   void repack(const WeightSet& set);
   std::vector<uintptr_t> fingerprint_;  // the set's matrix addresses: a reused key is not a match

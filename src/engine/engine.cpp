@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "model/forward.h"
+
 namespace weft {
 
 Engine::Engine(const Model& model, const EngineOptions& options)
@@ -107,5 +109,7 @@ Status Engine::verify(SeqId seq, const int32_t* ids, int64_t n, float* logits) {
   rows.all_logits = true;
   return forward(model_, *backend_, rows);
 }
+
+Status Engine::bind_weights() { return bind_model_weights(model_, *backend_); }
 
 }  // namespace weft

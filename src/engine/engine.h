@@ -58,6 +58,9 @@ class Engine {
 
   const Model& model() const { return model_; }
   Backend& backend() { return *backend_; }
+  // Binds the model's weights to the backend now (the first forward call would otherwise: a CPU
+  // backend copies them onto huge pages, a GPU uploads them), so timings after it are the work's.
+  Status bind_weights();
   int threads() const { return backend_->threads(); }
 
   SeqId add(const KvOptions& kv);

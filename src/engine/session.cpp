@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "model/forward.h"
+
 namespace weft {
 
 Session::Session(const Model& model, const SessionOptions& options)
@@ -67,5 +69,7 @@ Status Session::verify(const int32_t* ids, int64_t n, float* logits) {
   rows.all_logits = true;
   return forward(model_, *backend_, rows);
 }
+
+Status Session::bind_weights() { return bind_model_weights(model_, *backend_); }
 
 }  // namespace weft

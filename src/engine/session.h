@@ -41,6 +41,9 @@ class Session {
   ModelState& state() { return state_; }
   ThreadPool& pool() { return backend_->pool(); }
   Backend& backend() { return *backend_; }
+  // Binds the model's weights to the backend now (the first forward call would otherwise: a CPU
+  // backend copies them onto huge pages, a GPU uploads them), so timings after it are the work's.
+  Status bind_weights();
 
   // Feeds `n` tokens (prefill or teacher forcing). all_logits (if non-null) receives [n, V]
   // logits of every position; last_logits (if non-null) receives the [V] logits of the last.

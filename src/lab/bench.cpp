@@ -138,6 +138,11 @@ Result<BenchResult> run_bench(const Model& model, const std::string& model_name,
   Session* prefill = prefill_session.get();
   r.threads = prefill->pool().size();
   r.backend = prefill->backend().name();
+  // Bound before anything is timed: the CPU's huge-page copy (~1 s per GiB) or a GPU's upload
+  // would otherwise count as the first depth's prefill.
+  WEFT_RETURN_IF_ERROR(prefill->bind_weights());
+  for (const auto& s : sessions) WEFT_RETURN_IF_ERROR(s->bind_weights());
+  r.weights_where = prefill->backend().weights_where();
 
   // Bandwidth in this process, of the memory the decode reads: the device's own where the backend
   // has a probe (a GPU), else the host's with the same thread count as the decode.

@@ -100,6 +100,7 @@ struct BenchResult {
   uint64_t kv_bytes_per_token_f16 = 0;
   int threads = 0;
   std::string backend;                    // Backend::name(): which kernel path ran
+  std::string weights_where;              // Backend::weights_where(): the memory the weights sit in
   BandwidthResult bandwidth;
   BenchOptions options;                   // arms as run (f16 appended when it was absent)
   bool baseline_added = false;            // the f16 arm was not asked for and was added

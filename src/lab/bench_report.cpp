@@ -82,6 +82,7 @@ nlohmann::json bench_json(const BenchResult& r) {
   j["model"] = r.model;
   j["threads"] = r.threads;
   j["backend"] = r.backend;
+  j["weights_where"] = r.weights_where;
   j["repeats"] = r.options.repeats;
   j["gen"] = r.options.gen;
   j["baseline"] = "f16";
@@ -189,6 +190,7 @@ std::string bench_markdown(const BenchResult& r) {
                 r.model.c_str(), r.threads, r.backend.c_str(), r.options.repeats, r.options.gen, mib(double(fp.active_weight_bytes)).c_str(),
                 mib(2.0 * double(fp.gdn_state_bytes)).c_str(), (unsigned long long)r.kv_bytes_per_token_f16);
   s += buf;
+  if (!r.weights_where.empty()) s += "weights read from " + r.weights_where + "\n";
   s += bandwidth_line(r.bandwidth);
   s += baseline_line(r) + "\n";
   s += "| ctx | prefill tokens | prefill tok/s | kv share (f16) |";

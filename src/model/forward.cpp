@@ -321,12 +321,17 @@ Status check_token_ids(const int32_t* ids, int64_t n, int64_t vocab) {
   return Status();
 }
 
+Status bind_model_weights(const Model& model, Backend& be) {
+  const ModelWeights& W = model.weights();
+  return be.has_weights(&W) ? Status() : be.bind_weights(&W, weight_set(W));
+}
+
 Status forward(const Model& model, Backend& be, std::span<const SequenceRows> batch) {
   const ModelConfig& c = model.config();
   const ModelWeights& W = model.weights();
   WEFT_RETURN_IF_ERROR(validate(c, batch));
-  // A device backend uploads the weights on first use (the CPU backend reads them in place).
-  if (!be.has_weights(&W)) WEFT_RETURN_IF_ERROR(be.bind_weights(&W, weight_set(W)));
+  // Weights are bound on first use (a device uploads them, the CPU copies them to huge pages).
+  WEFT_RETURN_IF_ERROR(bind_model_weights(model, be));
   // Host-side row tables (ids, positions, output rows), reused across calls.
   thread_local std::vector<int32_t> ids, out_rows;
   thread_local std::vector<int64_t> positions, first;

@@ -53,6 +53,11 @@ struct SequenceRows {
 // An error naming the first id outside [0, vocab), if any.
 Status check_token_ids(const int32_t* ids, int64_t n, int64_t vocab);
 
+// Binds the model's weights to the backend if they are not bound yet (what forward() does on its
+// first call): a CPU backend copies them onto huge pages, a GPU uploads them. Callers that time
+// their first forward call bind first, so the one-time cost is not counted as prefill.
+Status bind_model_weights(const Model& model, Backend& be);
+
 // Runs every sequence's rows and advances each state by its n. Fails, changing nothing, on a
 // token id outside the vocabulary, a sequence listed twice, or a --kv-rotate the model cannot take.
 Status forward(const Model& model, Backend& backend, std::span<const SequenceRows> batch);

@@ -264,6 +264,10 @@ class CudaBackend final : public Backend {
   }
 
   bool has_weights(const void* key) const override { return key == weights_key_ && weights_; }
+  std::string weights_where() const override {
+    if (!weights_) return "";
+    return "device memory, " + std::to_string((weights_->bytes() + weights_->resident_bytes()) >> 20) + " MiB";
+  }
   Status bind_weights(const void* key, const WeightSet& set) override {
     auto w = shared_device_weights(key, set);
     if (!w.ok()) return w.status();

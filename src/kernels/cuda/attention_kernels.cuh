@@ -77,7 +77,7 @@ struct SplitTuning {
   bool qkeys_vwords = false;
   // The round-6 kernel's partials are folded by its own copy of the merge kernel, launched with
   // programmatic dependent launch when cuda::pdl_enabled() (the same fold, the same bits); false:
-  // the split kernels' merge kernel, plain launch.
+  // the same merge kernel, plain launch (since round 8; before, the split kernels' merge kernel).
   bool qkeys_pdl_merge = true;
   // Key-parallel kernel: ring depth within keys_smem_target (75 KiB: three blocks per SM, the
   // most its 168 registers allow), runs of splits for keys_blocks_per_sm blocks per SM (at most

@@ -1,16 +1,21 @@
-// The key-parallel split attention kernel's host side and merge (issue 11, rounds 6-7): picks the
+// The key-parallel split attention kernel's host side and merge (issue 11, rounds 6-8): picks the
 // compiled kernel of a call (attention_qkeys_kernel.cuh, instantiated per K type in
-// attention_qkeys_k{f16,q8,q4}.cu), sizes its launch, and folds the split partials.
+// attention_qkeys_k{f16,q8,q4}.cu), sizes its launch, and folds the partials (a row's split tree:
+// attention_qkeys.cuh).
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <tuple>
 #include <vector>
 
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_kernels.cuh"
+#include "kernels/cuda/attention_qkeys.cuh"
 #include "kernels/cuda/attention_qkeys_kernel.cuh"
 #include "kernels/cuda/common.cuh"
 
@@ -20,23 +25,34 @@ using namespace qkeys;
 
 namespace {
 
-// ---- The merge of the split partials ----
-// merge_kernel's fold (attention_split.cu: the same two-level order and arithmetic), launched with
-// programmatic dependent launch so its launch and block set-up overlap the split kernel's tail;
-// pdl_begin waits for the split kernel's completion before any partial is read.
-constexpr int kMergeWarps = 32;  // groups folded side by side by one merge block
+// -1: not set by set_qkeys_long_splits (the environment's choice holds).
+std::atomic<int> g_long_splits{-1};
+
+// The partial cap of the calls made now (0: round 7's tree).
+int part_cap_now() { return qkeys_long_splits() ? kQMaxParts : 0; }
+
+// ---- The merge of the partials ----
+// merge_kernel's fold (attention_split.cu: the same two-level order and arithmetic) over a row's
+// partials, however many sub-splits each covers, launched with programmatic dependent launch so its
+// launch and block set-up overlap the split kernel's tail; pdl_begin waits for the split kernel's
+// completion before any partial is read. W warps fold W groups of kFoldGroup partials side by
+// side, then warp 0 folds the groups in order: 8 with the long splits (at most 128 partials, so 8
+// groups), 32 with round 7's tree (up to 512 partials at 128K).
+constexpr int kMergeWarpsLong = kQMaxParts / kFoldGroup;
+constexpr int kMergeWarpsFixed = 32;
 
 struct QMergeCall {
   const float* part;
   float* out;
   int64_t pos0;
-  int n_heads, n_splits, hd, block_begin;
+  int n_heads, n_parts, part_cap, hd, block_begin;
 };
 struct QMergeLaunch {
   QMergeCall calls[kMaxCalls];
   int n_calls;
 };
 
+template <int kMergeWarps>
 __global__ void __launch_bounds__(32 * kMergeWarps) qmerge_kernel(const __grid_constant__ QMergeLaunch launch) {
   pdl_begin();
   __shared__ float slot_acc[kMergeWarps][32], slot_m[kMergeWarps], slot_l[kMergeWarps];
@@ -47,9 +63,9 @@ __global__ void __launch_bounds__(32 * kMergeWarps) qmerge_kernel(const __grid_c
   const int chunks = c.hd / 32, local = bid - c.block_begin;
   const int row = local / chunks, d = (local % chunks) * 32 + threadIdx.x % 32, w = threadIdx.x / 32;
   const int t = row / c.n_heads;
-  const int ns = int((c.pos0 + t + 1 + kAttnSplitKeys - 1) / kAttnSplitKeys);
+  const int ns = qkeys_parts(int(c.pos0) + t + 1, c.part_cap);  // this row's partials
   const int ng = (ns + kFoldGroup - 1) / kFoldGroup;
-  const float* p = c.part + int64_t(row) * c.n_splits * (c.hd + 2);
+  const float* p = c.part + int64_t(row) * c.n_parts * (c.hd + 2);
   float acc = 0, m = 0, l = 0;  // warp 0: the running total
   for (int base = 0; base < ng; base += kMergeWarps) {
     const int gi = base + w;
@@ -125,9 +141,10 @@ Config config_of(const AttentionCall& call) {
   return {hd, rows <= 8 ? 1 : 2, kt, vt, false, blocks, vw};
 }
 
-int64_t n_splits_of(const AttentionCall& call) {
-  return (call.args.pos0 + call.args.T + kAttnSplitKeys - 1) / kAttnSplitKeys;
-}
+// 256-key sub-splits of the call's longest row, and partial slots per row (an upper bound of every
+// row's partials: the cap, or the sub-splits when fewer).
+int n_sub_of(const AttentionCall& call) { return qkeys_sub_splits(int(call.args.pos0 + call.args.T)); }
+int n_parts_of(const AttentionCall& call, int cap) { return cap > 0 ? std::min(cap, n_sub_of(call)) : n_sub_of(call); }
 
 size_t layout_bytes(const Config& cfg, int stages) {
   return make_layout(cfg.hd, cfg.nt, cfg.fold, cfg.kt, cfg.vt, stages).total;
@@ -197,13 +214,30 @@ bool qkeys_supports(const AttentionCall& call) {
 
 size_t qkeys_workspace_bytes(const AttentionCall& call) {
   if (config_of(call).fold) return 0;
-  return size_t(call.args.T * call.args.n_heads) * size_t(n_splits_of(call)) * size_t(call.kv.head_dim + 2) *
-         sizeof(float);
+  return size_t(call.args.T * call.args.n_heads) * size_t(n_parts_of(call, part_cap_now())) *
+         size_t(call.kv.head_dim + 2) * sizeof(float);
 }
+
+bool qkeys_long_splits() {
+  static const bool by_env = [] {
+    const char* e = std::getenv("WEFT_CUDA_ATTN_LONG_SPLITS");
+    return !(e && std::string(e) == "0");
+  }();
+  const int set = g_long_splits.load();
+  return set < 0 ? by_env : set != 0;
+}
+
+void set_qkeys_long_splits(bool on) { g_long_splits.store(on ? 1 : 0); }
 
 void attention_qkeys(const AttentionCall* calls, const size_t* offsets, int64_t n, uint8_t* workspace,
                      cudaStream_t stream) {
+  attention_qkeys_parts(calls, offsets, n, workspace, stream, true, true);
+}
+
+void attention_qkeys_parts(const AttentionCall* calls, const size_t* offsets, int64_t n, uint8_t* workspace,
+                           cudaStream_t stream, bool run_split, bool run_merge) {
   const SplitTuning tuning = split_tuning();
+  const int cap = part_cap_now();
   std::vector<bool> done(size_t(n), false);
   std::vector<int64_t> merge_calls;
   for (int64_t first = 0; first < n; ++first) {
@@ -214,7 +248,7 @@ void attention_qkeys(const AttentionCall* calls, const size_t* offsets, int64_t 
     size_t smem = 0;
     const KernelFn kernel = kernel_of(cfg);
     auto flush = [&]() {
-      if (l.n_calls == 0) return;
+      if (l.n_calls == 0 || !run_split) return;
       resident_blocks(kernel, smem);  // the shared-memory limit is lifted before the first launch
       kernel<<<unsigned(blocks), kThreads, smem, stream>>>(l);
       check(cudaGetLastError(), "attention (quantized key-parallel) launch");
@@ -239,19 +273,23 @@ void attention_qkeys(const AttentionCall* calls, const size_t* offsets, int64_t 
       kc.n_kv = int(kv.n_kv_heads);
       kc.group = int(call.args.n_heads / kv.n_kv_heads);
       kc.n_rowgroups = int((int64_t(kc.T) * kc.group + 8 * cfg.nt - 1) / (8 * cfg.nt));
-      kc.n_splits = int(n_splits_of(call));
+      kc.n_sub = n_sub_of(call);
+      kc.part_cap = cap;
+      kc.n_parts = n_parts_of(call, cap);
       kc.stages = stages_of(cfg);
       const size_t bytes = layout_bytes(cfg, kc.stages);
-      // Runs of splits sized so a long call fills the GPU once with the blocks that fit per SM
-      // (registers and shared memory; the result does not depend on it).
+      // Runs of sub-splits sized so a long call fills the GPU once with the blocks that fit per SM
+      // (registers and shared memory), in whole split groups of the call's longest row (so no run
+      // cuts a row's partial; the result does not depend on the run length).
       const int fit = resident_blocks(kernel, bytes);
       const int64_t target = int64_t(std::max(1, std::min(tuning.keys_blocks_per_sm, fit))) * sm_count();
-      const int64_t at_one = int64_t(kc.n_kv) * kc.n_rowgroups * kc.n_splits;
-      kc.splits_per_block =
-          cfg.fold ? kc.n_splits : int(std::max<int64_t>(1, std::min<int64_t>(kc.n_splits, (at_one + target - 1) / target)));
+      const int64_t at_one = int64_t(kc.n_kv) * kc.n_rowgroups * kc.n_sub;
+      const int group = qkeys_split_group(int(call.args.pos0 + call.args.T), cap);
+      const int64_t run = std::max<int64_t>(1, std::min<int64_t>(kc.n_sub, (at_one + target - 1) / target));
+      kc.splits_per_block = cfg.fold ? kc.n_sub : int((run + group - 1) / group * group);
       kc.scale = call.args.scale;
       kc.block_begin = blocks;
-      const int runs = (kc.n_splits + kc.splits_per_block - 1) / kc.splits_per_block;
+      const int runs = (kc.n_sub + kc.splits_per_block - 1) / kc.splits_per_block;
       blocks += kc.n_kv * kc.n_rowgroups * (cfg.fold ? 1 : runs);
       smem = std::max(smem, bytes);
       if (!cfg.fold) merge_calls.push_back(i);
@@ -259,20 +297,24 @@ void attention_qkeys(const AttentionCall* calls, const size_t* offsets, int64_t 
     }
     flush();
   }
-  if (!tuning.qkeys_pdl_merge) {  // the split kernels' merge kernel (plain launch)
-    merge_partials(calls, offsets, merge_calls.data(), int64_t(merge_calls.size()), workspace, stream);
-    return;
-  }
+  if (!run_merge) return;
   QMergeLaunch m{};
   int blocks = 0;
   auto flush_merge = [&]() {
     if (m.n_calls == 0) return;
-    if (stream != nullptr) {
-      launch_pdl(qmerge_kernel, dim3(unsigned(blocks)), dim3(32 * kMergeWarps), 0, stream, m);
-    } else {  // the legacy default stream: a plain launch (pdl_begin's wait is then a no-op)
-      qmerge_kernel<<<unsigned(blocks), 32 * kMergeWarps, 0, stream>>>(m);
-      check(cudaGetLastError(), "attention (merge) launch");
-    }
+    // SplitTuning::qkeys_pdl_merge = false, or the legacy default stream: a plain launch
+    // (pdl_begin's wait is then a no-op).
+    const bool pdl = tuning.qkeys_pdl_merge && stream != nullptr;
+    auto launch = [&](auto kernel, int warps) {
+      if (pdl) {
+        launch_pdl(kernel, dim3(unsigned(blocks)), dim3(32 * warps), 0, stream, m);
+      } else {
+        kernel<<<unsigned(blocks), 32 * warps, 0, stream>>>(m);
+        check(cudaGetLastError(), "attention (merge) launch");
+      }
+    };
+    if (cap > 0) launch(qmerge_kernel<kMergeWarpsLong>, kMergeWarpsLong);
+    else launch(qmerge_kernel<kMergeWarpsFixed>, kMergeWarpsFixed);
     m = QMergeLaunch{};
     blocks = 0;
   };
@@ -283,7 +325,8 @@ void attention_qkeys(const AttentionCall* calls, const size_t* offsets, int64_t 
     mc.out = call.args.out;
     mc.pos0 = call.args.pos0;
     mc.n_heads = int(call.args.n_heads);
-    mc.n_splits = int(n_splits_of(call));
+    mc.n_parts = n_parts_of(call, cap);
+    mc.part_cap = cap;
     mc.hd = int(call.kv.head_dim);
     mc.block_begin = blocks;
     blocks += int(call.args.T * call.args.n_heads) * (mc.hd / 32);

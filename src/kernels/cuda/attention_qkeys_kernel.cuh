@@ -2,12 +2,16 @@
 // with f16), compiled per K/V type pair (issue 11, round 6; f16 K or V since round 7, when it
 // replaced the round-4 kernel, attention_keys.cu, which served those mixes).
 //
-// Same work split, fold tree and partial layout as the dim-parallel split kernel's merge expects
-// (attention_split.cu) and as the round-4 key-parallel kernel had: a block of 4
-// warps takes one kv head, up to 8·NT query rows of its GQA group and a run of 256-key splits;
-// warp w owns keys [16w, 16w + 16) of every 64-key tile with the whole head_dim, its own cp.async
-// ring and online-softmax state; Sᵀ = K·Qᵀ and Oᵀ = Vᵀ·Pᵀ on mma.m16n8k16; at each split end the
-// four warp states are folded in a fixed order. Why a second kernel: Nsight showed the round-4
+// The work split of the round-4 key-parallel kernel: a block of 4 warps takes one kv head, up to
+// 8·NT query rows of its GQA group and a run of 256-key sub-splits; warp w owns keys [16w, 16w + 16)
+// of every 64-key tile with the whole head_dim, its own cp.async ring and online-softmax state;
+// Sᵀ = K·Qᵀ and Oᵀ = Vᵀ·Pᵀ on mma.m16n8k16; where a row's partial ends the four warp states are
+// folded in a fixed order. Since round 8 a partial covers G sub-splits (G a power of two, a
+// function of the row's key count: attention_qkeys.cuh), 1 up to 32K keys (round 7's tree, the
+// dim-parallel kernel's partial layout), so a row has at most 128 partials; its own merge kernel
+// (attention_qkeys.cu) folds them in the two-level order of attention_split.cu's merge. A block
+// folds only at sub-split ends where some row's partial ends (once per block at 128K instead of
+// four times). Why a second kernel: Nsight showed the round-4
 // kernel latency-bound at ~2150 instructions per warp per 16-key sub-tile. This one is compiled
 // per (K type, V type), so row sizes, byte offsets and dequantization constants are immediates,
 // and every step is cut to its few instructions:
@@ -55,6 +59,7 @@
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/attention_mma.cuh"
+#include "kernels/cuda/attention_qkeys.cuh"
 
 namespace weft::cuda::detail::qkeys {
 
@@ -70,10 +75,13 @@ struct QCall {
   const uint8_t* const* pages;
   const float* q;
   float* out;
-  float* part;  // partials [T·n_heads][n_splits][hd + 2] (split-partial mode)
+  float* part;  // partials [T·n_heads][n_parts][hd + 2] (split-partial mode)
   int pos0, page_tokens;  // positions < 2^30 (qkeys_supports): 32-bit index math
   int T, n_heads, n_kv, group;
-  int n_rowgroups, n_splits, splits_per_block, stages;
+  // n_sub: 256-key sub-splits of the call's longest row; splits_per_block: sub-splits per block
+  // (a multiple of the call's largest split group); n_parts: partial slots per row; part_cap: the
+  // split tree (attention_qkeys.cuh: qkeys_split_group).
+  int n_rowgroups, n_sub, splits_per_block, stages, n_parts, part_cap;
   float scale;
   int block_begin;
 };
@@ -128,7 +136,7 @@ __host__ __device__ inline Layout make_layout(int hd, int nt, bool fold, int kt,
   L.q_hi = take(rows * qstr * 2);
   L.q_lo = take(kt == kKvF16 ? rows * qstr * 2 : 0);  // an f16 K meets the query as f16 hi + lo
   L.stat = take(2 * kWarps * rows * 2 * 4);  // [parity][warp][row] m, l
-  L.rowinfo = take(rows * 12);               // per row: int64 partial / output base, int splits
+  L.rowinfo = take(rows * 16);               // per row: int64 partial / output base, int sub-splits, int group
   L.acc_grp = take(fold ? rows * size_t(hd) * 4 : 0);
   L.acc_tot = take(fold ? rows * size_t(hd) * 4 : 0);
   L.rowst = take(fold ? 4 * rows * 4 : 0);  // m_grp, l_grp, m_tot, l_tot
@@ -383,7 +391,7 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? (PIPE ? PIPE : plain_block
     rg = local % c.n_rowgroups;
     g = local / c.n_rowgroups;
   } else {
-    const int n_runs = (c.n_splits + c.splits_per_block - 1) / c.splits_per_block;
+    const int n_runs = (c.n_sub + c.splits_per_block - 1) / c.splits_per_block;
     const int run = local % n_runs;
     rg = (local / n_runs) % c.n_rowgroups;
     g = local / (n_runs * c.n_rowgroups);
@@ -409,9 +417,11 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? (PIPE ? PIPE : plain_block
   float* l_tot = m_tot + R;
   uint8_t* ring = smem + L.ring + size_t(warp) * L.ring_warp;
   // Per row of the block: where its partials (split-partial mode) or its output (fold mode) start,
-  // and its number of splits (0 for padding rows): no divisions in the end-of-split fold.
+  // its number of 256-key sub-splits (0 for padding rows) and log2 of its split group (sub-splits
+  // per partial, attention_qkeys.cuh): no divisions in the end-of-split fold.
   int64_t* row_base = reinterpret_cast<int64_t*>(smem + L.rowinfo);
   int* row_ns = reinterpret_cast<int*>(row_base + R);
+  int* row_lg = row_ns + R;
 
   const int kb = s_begin * kAttnSplitKeys;
   const int ke = min(int(s_end * kAttnSplitKeys), key_end);
@@ -494,8 +504,10 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? (PIPE ? PIPE : plain_block
   for (int r = tid; r < R; r += kThreads) {
     const int row = r_first + r;
     const int t = row / c.group, h = g * c.group + row % c.group;
-    row_base[r] = FOLD ? (int64_t(t) * c.n_heads + h) * HD : (int64_t(t) * c.n_heads + h) * c.n_splits * (HD + 2);
-    row_ns[r] = (row_keys(c, rows, row) + kAttnSplitKeys - 1) / kAttnSplitKeys;
+    row_base[r] = FOLD ? (int64_t(t) * c.n_heads + h) * HD : (int64_t(t) * c.n_heads + h) * c.n_parts * (HD + 2);
+    const int n = row_keys(c, rows, row);
+    row_ns[r] = qkeys_sub_splits(n);
+    row_lg[r] = __ffs(qkeys_split_group(n, c.part_cap)) - 1;
   }
   __syncthreads();
 
@@ -729,10 +741,46 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? (PIPE ? PIPE : plain_block
         }
     }
   };
-  // ---- end of split s: combine the four warps' states in a fixed order, through the region
-  // `slot_at` of every warp's ring (free: consumed, no copy in flight into it) ----
-  auto fold_split = [&](int s, size_t slot_at) {
-    float* st = stat + (s & 1) * kWarps * R * 2;  // parity: a fast warp may reach the next split end
+  // ---- Where partials end (block-uniform: every thread reads the same row info) ----
+  // Row r's partial ends with sub-split sb: the row has keys there, and sb closes a group of
+  // 2^row_lg sub-splits or is the row's last.
+  auto row_ends = [&](int r, int sb) {
+    const int ns = row_ns[r];
+    return sb < ns && (((sb + 1) & ((1 << row_lg[r]) - 1)) == 0 || sb == ns - 1);
+  };
+  // Row r's partial runs on past sub-split sb (its warp states must be kept).
+  auto row_continues = [&](int r, int sb) { return sb < row_ns[r] - 1 && ((sb + 1) & ((1 << row_lg[r]) - 1)) != 0; };
+  auto fold_due = [&](int sb) {
+    bool due = false;
+    for (int r = 0; r < R; ++r) due |= row_ends(r, sb);
+    return due;
+  };
+  // After a fold: a fresh state for the rows whose partial ended (all of them in a decode call;
+  // rows of one block differ only where their positions straddle a change of split group). One
+  // branch-free path (a select per row, an AND per accumulator: +0 exactly, as reset_state), which
+  // costs the pipelined loop no registers where a second path did.
+  auto reset_ended = [&](int sb) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int col = 0; col < 2; ++col) {
+        const bool keep = row_continues(nt * 8 + 2 * tig + col, sb);
+        const uint32_t km = keep ? 0xffffffffu : 0u;
+        m_run[nt][col] = keep ? m_run[nt][col] : -INFINITY;
+        l_run[nt][col] = keep ? l_run[nt][col] : 0.0f;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          o[mt][nt][col] = __uint_as_float(__float_as_uint(o[mt][nt][col]) & km);
+          o[mt][nt][2 + col] = __uint_as_float(__float_as_uint(o[mt][nt][2 + col]) & km);
+        }
+      }
+  };
+  int n_folds = 0;  // folds so far (uniform): the parity of the row-state buffer
+  // ---- end of sub-split sb where some row's partial ends: combine the four warps' states in a
+  // fixed order, through the region `slot_at` of every warp's ring (free: consumed, no copy in
+  // flight into it), for the rows whose partial ends there ----
+  auto fold_split = [&](int sb, size_t slot_at) {
+    float* st = stat + (n_folds++ & 1) * kWarps * R * 2;  // parity: a fast warp may reach the next fold
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -792,7 +840,7 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? (PIPE ? PIPE : plain_block
 #pragma unroll 2
         for (int i = tid; i < R * C2; i += kThreads) {
           const int r = i / C2, dc = (i % C2) * 2;
-          if (s >= row_ns[r]) continue;
+          if (!row_ends(r, sb)) continue;
           const int at = fold_index(r, dc, CSTR);
           float2 x = *reinterpret_cast<const float2*>(slot_of(0) + at);
 #pragma unroll
@@ -801,14 +849,15 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? (PIPE ? PIPE : plain_block
             x.x = __fadd_rn(x.x, y.x);
             x.y = __fadd_rn(x.y, y.y);
           }
-          float* dst = c.part + row_base[r] + int64_t(s) * (HD + 2) + c0 + dc;
+          float* dst = c.part + row_base[r] + int64_t(sb >> row_lg[r]) * (HD + 2) + c0 + dc;
           *reinterpret_cast<float2*>(dst) = x;  // rows of hd + 2 floats: 8-byte aligned
         }
       } else {
         // The merge kernel's tree: split -> group (kFoldGroup splits, left to right) -> total.
         for (int i = tid; i < R * CH; i += kThreads) {
-          const int r = i / CH, d = c0 + i % CH, ns = row_ns[r];
-          if (s >= ns) continue;
+          const int r = i / CH, d = c0 + i % CH;
+          if (!row_ends(r, sb)) continue;
+          const int gl = row_lg[r], s = sb >> gl, ns = (row_ns[r] + (1 << gl) - 1) >> gl;  // partial, partials
           const int at = fold_index(r, d - c0, CSTR);
           float x = slot_of(0)[at];
 #pragma unroll
@@ -836,8 +885,8 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? (PIPE ? PIPE : plain_block
     }
     // The split's m and l per row (l: the warps' l scaled and added in the same order as O).
     for (int r = tid; r < R; r += kThreads) {
-      const int ns = row_ns[r];
-      if (s >= ns) continue;
+      if (!row_ends(r, sb)) continue;
+      const int gl = row_lg[r], s = sb >> gl, ns = (row_ns[r] + (1 << gl) - 1) >> gl;  // partial, partials
       float m = st[r * 2];
       for (int w = 1; w < kWarps; ++w) m = fmaxf(m, st[(w * R + r) * 2]);
       float l = 0.0f;
@@ -872,10 +921,13 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? (PIPE ? PIPE : plain_block
         }
       }
     }
-    reset_state();
+    reset_ended(sb);
   };
-  // Tile j ends a split (or the block's keys).
-  auto ends_split = [&](int j) { return (kb + (j + 1) * kTileKeys) % kAttnSplitKeys == 0 || j == n_tiles - 1; };
+  // Tile j ends a sub-split (or the block's keys) where some row's partial ends.
+  auto ends_split = [&](int j) {
+    return ((kb + (j + 1) * kTileKeys) % kAttnSplitKeys == 0 || j == n_tiles - 1) &&
+           fold_due((kb + j * kTileKeys) / kAttnSplitKeys);
+  };
 
   if (PIPE) {
     // Iteration j: the scores of sub-tile j and Oᵀ += Vᵀ·Pᵀ of sub-tile j - 1 (independent: one
