@@ -2,6 +2,7 @@
 // determinism contract (bit-identity across T, tiling, thread count, and scalar vs AVX2 vs
 // AVX-512).
 #include <gtest/gtest.h>
+#include <immintrin.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -160,6 +161,41 @@ TEST(Matmul, AccuracyAndDeterminism) {
   }
 }
 
+// Prefill task shapes: row blocks of matmul_prefill_rows_per_task (64 / 48 / 32 / 16 rows on
+// AVX-512 depending on K) with partial last blocks, and token ranges (pools with fewer row blocks
+// than 3 per thread split T in multiples of 48 tokens, ranges >= 96) with partial last ranges.
+// Every path, every pool size, against the scalar twin bit for bit, on fresh random data.
+TEST(Matmul, PrefillTaskGrainsKeepBits) {
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  ThreadPool pool2(2), pool3(3), pool8(8);
+  ThreadPool* pools[] = {nullptr, &pool2, &pool3, &pool8};
+  const bool avx2 = cpu_features().has_avx2_fma_f16c();
+  const bool avx512 = cpu_features().has_avx512_core();
+  struct Shape {
+    int64_t N, K, T;
+  };
+  // K 2053 -> 48-row blocks, 4100 -> 16; N 65 / 100 / 129: one row past a block, partial blocks;
+  // T 191 / 200 / 337: ranges of 96 / 144 with a short last one; 97 with 8 threads: no split.
+  const Shape shapes[] = {{65, 31, 337}, {129, 555, 200}, {100, 2053, 191}, {17, 4100, 97},
+                          {64, 8, 288}, {1, 257, 250}, {3, 7, 500}};
+  for (DType wtype : kWeightTypes) {
+    for (const Shape& s : shapes) {
+      SCOPED_TRACE(std::string(dtype_name(wtype)) + " N=" + std::to_string(s.N) + " K=" + std::to_string(s.K) +
+                   " T=" + std::to_string(s.T));
+      Problem p = make_problem(wtype, s.N, s.K, s.T, &rng);
+      const std::vector<float> want = run(matmul_scalar, p, nullptr);
+      for (ThreadPool* pool : pools) {
+        SCOPED_TRACE("pool of " + std::to_string(pool ? pool->size() : 1));
+        ASSERT_EQ(0, std::memcmp(run(matmul, p, pool).data(), want.data(), want.size() * 4));
+        if (avx2) ASSERT_EQ(0, std::memcmp(run(matmul_avx2, p, pool).data(), want.data(), want.size() * 4));
+        if (avx512) ASSERT_EQ(0, std::memcmp(run(matmul_avx512, p, pool).data(), want.data(), want.size() * 4));
+      }
+    }
+  }
+}
+
 // All-(-0) rows and infinities give the same bits on every path, tail or no tail, decode or
 // prefill tile (T = 1 and T = 13), and a row of -0 next to an inf row (AVX-512 pairs them).
 TEST(Matmul, SignedZeroAndSpecials) {
@@ -283,6 +319,81 @@ TEST(Matmul, DISABLED_Throughput) {
                  dtype_name(wtype), threads, (long long)T, best * 1e3, gbs, gflops);
         }
       }
+    }
+  }
+}
+
+// The machine's f32 FMA rate: 16 independent FMA chains per thread, registers only, at the
+// widest width the CPU has (the AVX-512 path uses zmm; Zen4 splits them, a Xeon does not).
+__attribute__((target("avx2,fma"))) float fma_chains_avx2(int64_t iters, float seed) {
+  __m256 a[16];
+  for (int i = 0; i < 16; ++i) a[i] = _mm256_set1_ps(seed + float(i) * 1e-3f);
+  const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) a[i] = _mm256_fmadd_ps(a[i], m, c);
+  }
+  __m256 s = a[0];
+  for (int i = 1; i < 16; ++i) s = _mm256_add_ps(s, a[i]);
+  return _mm256_cvtss_f32(s);
+}
+__attribute__((target("avx512f"))) float fma_chains_avx512(int64_t iters, float seed) {
+  __m512 a[16];
+  for (int i = 0; i < 16; ++i) a[i] = _mm512_set1_ps(seed + float(i) * 1e-3f);
+  const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) a[i] = _mm512_fmadd_ps(a[i], m, c);
+  }
+  __m512 s = a[0];
+  for (int i = 1; i < 16; ++i) s = _mm512_add_ps(s, a[i]);
+  return _mm512_reduce_add_ps(s);
+}
+
+double fma_peak_gflops(ThreadPool* pool) {
+  const bool avx512 = cpu_features().has_avx512_core();
+  const int64_t iters = 50000000;
+  std::vector<float> sink(size_t(pool->size()) * 16);
+  auto t0 = std::chrono::steady_clock::now();
+  pool->parallel_for(pool->size(), [&](int64_t th) {
+    sink[size_t(th) * 16] = avx512 ? fma_chains_avx512(iters, float(th)) : fma_chains_avx2(iters, float(th));
+  });
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(std::isfinite(sink[0]));
+  return 2.0 * 16.0 * (avx512 ? 16.0 : 8.0) * double(iters) * double(pool->size()) / sec / 1e9;
+}
+
+// Prefill-shaped products of the Qwen3.5-35B-A3B geometry (bf16): an expert's fused gate/up and
+// its down projection with the rows one expert gets in a 2432-row prefill call (top-8 of 32),
+// a GDN input projection and a k/v projection over the whole call; GFLOP/s of matmul() next to
+// the machine's FMA rate. Run with
+//   matmul_test --gtest_also_run_disabled_tests --gtest_filter='*PrefillShapes*'
+TEST(Matmul, DISABLED_PrefillShapes) {
+  struct Shape {
+    const char* name;
+    int64_t N, K, T;
+  };
+  const Shape shapes[] = {{"expert gate+up", 1024, 2048, 608},
+                          {"expert down", 2048, 512, 608},
+                          {"gdn in_proj", 12288, 2048, 2432},
+                          {"k/v proj", 512, 2048, 2432}};
+  std::mt19937 rng(1);
+  for (int threads : {1, 2}) {
+    ThreadPool pool(threads);
+    printf("threads=%d  f32 FMA rate %.1f GFLOP/s\n", threads, fma_peak_gflops(&pool));
+    for (const Shape& s : shapes) {
+      Problem p = make_problem(DType::kBF16, s.N, s.K, s.T, &rng);
+      std::vector<float> out(size_t(s.T * p.ldo));
+      std::vector<double> times;
+      for (int r = 0; r < 7; ++r) {
+        auto t0 = std::chrono::steady_clock::now();
+        matmul(DType::kBF16, p.w->data(), s.N, s.K, x_of(p), p.ldx, s.T, out.data(), p.ldo, &pool);
+        times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      std::sort(times.begin(), times.end());
+      printf("  %-15s N=%-5lld K=%-5lld T=%-5lld median %8.3f ms  %7.1f GFLOP/s (best %7.1f)\n", s.name,
+             (long long)s.N, (long long)s.K, (long long)s.T, times[3] * 1e3,
+             2.0 * double(s.N * s.K * s.T) / times[3] / 1e9, 2.0 * double(s.N * s.K * s.T) / times[0] / 1e9);
     }
   }
 }

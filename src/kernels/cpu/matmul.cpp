@@ -1,6 +1,7 @@
 // Matrix-product dispatch and the scalar reference that fixes the summation order (see matmul.h).
 #include "kernels/cpu/matmul.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -76,9 +77,9 @@ void matmul_scalar(DType wtype, const void* w, int64_t N, int64_t K, const float
   });
 }
 
-void matmul_row_tasks(MatmulDecodeRows decode_rows, MatmulPrefillRows prefill_rows, DType wtype, const void* w,
-                      int64_t N, int64_t K, const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo,
-                      ThreadPool* pool) {
+void matmul_row_tasks(MatmulDecodeRows decode_rows, MatmulPrefillRows prefill_rows, int64_t prefill_rows_per_task,
+                      DType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx, int64_t T,
+                      float* out, int64_t ldo, ThreadPool* pool) {
   WEFT_CHECK(matmul_supports(wtype), "matmul: this weight dtype has no kernel");
   if (N <= 0 || T <= 0 || K <= 0) return;
   const size_t row_bytes = dtype_bytes(wtype, size_t(K));
@@ -88,26 +89,49 @@ void matmul_row_tasks(MatmulDecodeRows decode_rows, MatmulPrefillRows prefill_ro
   // memory for the first token and from L2 for the others, while the prefill kernels would widen
   // them to f32 first. Each output is the same dot product either way.
   const bool streaming = T <= kMatmulStreamingTokens;
+  const int64_t threads = pool != nullptr ? pool->size() : 1;
   int64_t rows_per_task = kMatmulRowsPerTask;
-  if (streaming)
+  if (streaming) {
     while (size_t(rows_per_task) * row_bytes < size_t(kMatmulDecodeTaskBytes)) rows_per_task *= 2;
+  } else {
+    rows_per_task = prefill_rows_per_task > 0 ? prefill_rows_per_task : kMatmulRowsPerTask;
+  }
+  const int64_t row_tasks = ceil_div(N, rows_per_task);
+  // Prefill with fewer row blocks than the pool can use (k/v projections, the router, a shared
+  // expert on 16 threads) also splits the tokens, in ranges of whole token blocks; each range
+  // widens its rows again, so ranges stay long (kMatmulPrefillMinTokens).
+  int64_t token_parts = 1, tokens_per_part = T;
+  if (!streaming && threads > 1 && row_tasks < kMatmulPrefillTasksPerThread * threads) {
+    const int64_t want = ceil_div(kMatmulPrefillTasksPerThread * threads, row_tasks);
+    const int64_t most = std::max<int64_t>(1, T / kMatmulPrefillMinTokens);
+    token_parts = std::min(want, most);
+    tokens_per_part = ceil_div(ceil_div(T, token_parts), kMatmulPrefillTokenGrain) * kMatmulPrefillTokenGrain;
+    token_parts = ceil_div(T, tokens_per_part);
+  }
   auto task = [&](int64_t i) {
-    const int64_t n0 = i * rows_per_task;
+    const int64_t r = i % row_tasks, part = i / row_tasks;
+    const int64_t n0 = r * rows_per_task;
     const int64_t n1 = n0 + rows_per_task < N ? n0 + rows_per_task : N;
     if (streaming) {
       for (int64_t t = 0; t < T; ++t) decode_rows(wtype, wbytes, row_bytes, n0, n1, K, x + t * ldx, out + t * ldo);
     } else {
-      prefill_rows(wtype, wbytes, row_bytes, n0, n1, K, x, ldx, T, out, ldo);
+      const int64_t t0 = part * tokens_per_part;
+      const int64_t tn = std::min(tokens_per_part, T - t0);
+      prefill_rows(wtype, wbytes, row_bytes, n0, n1, K, x + t0 * ldx, ldx, tn, out + t0 * ldo, ldo);
     }
   };
-  const int64_t n_tasks = ceil_div(N, rows_per_task);
+  const int64_t n_tasks = row_tasks * token_parts;
   // Tiny products are not worth waking the workers; values do not depend on this choice.
-  const bool parallel = pool != nullptr && pool->size() > 1 && n_tasks > 1 && N * K * T >= 32768;
+  const bool parallel = threads > 1 && n_tasks > 1 && N * K * T >= 32768;
   if (parallel) {
     pool->parallel_for(n_tasks, task);
   } else {
     for (int64_t i = 0; i < n_tasks; ++i) task(i);
   }
+}
+
+int64_t matmul_prefill_rows_per_task(int64_t K) {
+  return use_avx512() ? matmul_avx512_prefill_rows(K) : kMatmulRowsPerTask;
 }
 
 void matmul(DType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,

@@ -47,24 +47,38 @@ bool matmul_supports(DType wtype);
 // tests can compare it with matmul_scalar bit for bit.
 void matmul_avx512(DType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
                    int64_t T, float* out, int64_t ldo, ThreadPool* pool);
+// Its prefill rows per task for rows of K weights (64 at K <= 2048: see matmul_avx512.cpp).
+int64_t matmul_avx512_prefill_rows(int64_t K);
 
 // The row-task driver both SIMD paths share (matmul.cpp): it splits N into tasks, sends up to
 // kMatmulStreamingTokens tokens through `decode_rows` once per token (the weights stream from
 // memory for the first and from L2 for the rest) and more through `prefill_rows`, on the pool.
+// Prefill tasks cover `prefill_rows_per_task` rows and, when that leaves too few tasks for the
+// pool, a range of tokens each (tasks = row blocks x token ranges).
 // Which thread computes an output, and through which of the two, never changes its value: both
 // kernels of a path compute each output as the contract's one dot product.
 using MatmulDecodeRows = void (*)(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1,
                                   int64_t K, const float* x, float* out);
 using MatmulPrefillRows = void (*)(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1,
                                    int64_t K, const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo);
-void matmul_row_tasks(MatmulDecodeRows decode_rows, MatmulPrefillRows prefill_rows, DType wtype, const void* w,
-                      int64_t N, int64_t K, const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo,
-                      ThreadPool* pool);
+void matmul_row_tasks(MatmulDecodeRows decode_rows, MatmulPrefillRows prefill_rows, int64_t prefill_rows_per_task,
+                      DType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx, int64_t T,
+                      float* out, int64_t ldo, ThreadPool* pool);
 // Up to this many tokens a matmul takes the decode kernels, once per token.
 constexpr int64_t kMatmulStreamingTokens = 8;
 // Decode tasks cover at least this many weight bytes (MoE expert projections are only 2 MiB), so
 // per-task costs (dispatch, the first group's misses) stay small next to the streaming.
 constexpr int64_t kMatmulDecodeTaskBytes = int64_t(64) << 10;
+// Prefill tasks split the tokens only into ranges of at least this many (each range widens its
+// rows again), in multiples of kMatmulPrefillTokenGrain (the AVX-512 token block).
+constexpr int64_t kMatmulPrefillMinTokens = 96;
+constexpr int64_t kMatmulPrefillTokenGrain = 48;
+// Prefill wants at least this many tasks per pool thread (dynamic scheduling evens them out).
+constexpr int64_t kMatmulPrefillTasksPerThread = 3;
+
+// Rows per prefill task of the path matmul() takes, for rows of K weights: what a caller that
+// makes its own tasks (the grouped expert matmul) should cut its rows into. Speed only.
+int64_t matmul_prefill_rows_per_task(int64_t K);
 
 // Output rows per parallel task. Tasks write disjoint rows, and since each output element is
 // computed whole by one task, the grain only affects speed, never values.

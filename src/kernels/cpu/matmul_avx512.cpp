@@ -16,7 +16,9 @@
 //     one 256-bit broadcast per token. The tile is 4 pairs (8 rows) x 6 tokens: 24 accumulators
 //     + 4 weight registers + 1 x register of the 32 zmm; each x load feeds 8 rows (AVX2: 4).
 //     Tokens are taken in blocks of kTokenBlock so a block's x rows stay in L2 while every row
-//     pair of the task sweeps them.
+//     pair of the task sweeps them. A task holds up to 64 rows (matmul_avx512_prefill_rows), so
+//     each x row it pulls from L3 feeds 64 weight rows (16 before: a 16-core prefill then read
+//     ~50 GB/s of x from L3); the widened rows and accumulators sit 64-byte aligned.
 //   K % 8 tails use masked loads, which never fault on the masked-out lanes, so no byte past a
 //   row (possibly the end of a memory-mapped file) or past the last x row is read.
 #include <immintrin.h>
@@ -29,6 +31,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
+#include <cstdint>
 #include <vector>
 
 #include "core/check.h"
@@ -189,6 +192,13 @@ constexpr int64_t kPrefillKBlock = 512;
 // Tokens per block: 48 x 512 floats of x (96 KiB) stay in L2 for every row pair of the task.
 constexpr int64_t kTokenBlock = 48;
 static_assert(kTokenBlock % kTileTokens == 0, "token blocks hold whole tiles");
+static_assert(kMatmulPrefillTokenGrain % kTokenBlock == 0, "token ranges of tasks hold whole blocks");
+// Rows per prefill task: up to kPrefillMaxRows while their widened f32 copy fits in
+// kPrefillWidenedBytes (half of Zen4's 1 MiB L2, a quarter of Sapphire Rapids' 2 MiB). Each
+// x row a task reads from L3 then feeds that many rows instead of 16: at 16 rows a 16-core
+// prefill pulled ~8 FLOP per byte of x from L3, at 64 rows 32.
+constexpr int64_t kPrefillWidenedBytes = int64_t(512) << 10;
+constexpr int64_t kPrefillMaxRows = 64;
 
 // Tile of P row pairs x C tokens over chunks [0, n_full) plus, when tail_rem != 0, one masked
 // chunk. pw[p]: pair p's interleaved weights at the block start (16 floats per chunk, tail lanes
@@ -202,12 +212,12 @@ void tile(const float* const* pw, const float* x, int64_t ldx, int64_t n_full, i
 #pragma GCC unroll 4
   for (int p = 0; p < P; ++p) {
 #pragma GCC unroll 6
-    for (int c = 0; c < C; ++c) acc[p][c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc_buf + c * acc_ld + 16 * p);
+    for (int c = 0; c < C; ++c) acc[p][c] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc_buf + c * acc_ld + 16 * p);
   }
   for (int64_t i = 0; i < n_full; ++i) {
     __m512 wv[P];
 #pragma GCC unroll 4
-    for (int p = 0; p < P; ++p) wv[p] = _mm512_loadu_ps(pw[p] + 16 * i);
+    for (int p = 0; p < P; ++p) wv[p] = _mm512_load_ps(pw[p] + 16 * i);
 #pragma GCC unroll 6
     for (int c = 0; c < C; ++c) {
       const __m512 xv = load_x(x + c * ldx + 8 * i);
@@ -219,7 +229,7 @@ void tile(const float* const* pw, const float* x, int64_t ldx, int64_t n_full, i
     const __mmask8 m = tail_mask(tail_rem);
     __m512 wv[P];
 #pragma GCC unroll 4
-    for (int p = 0; p < P; ++p) wv[p] = _mm512_loadu_ps(pw[p] + 16 * n_full);
+    for (int p = 0; p < P; ++p) wv[p] = _mm512_load_ps(pw[p] + 16 * n_full);
 #pragma GCC unroll 6
     for (int c = 0; c < C; ++c) {
       const __m512 xv = load_x_tail(x + c * ldx + 8 * n_full, m);
@@ -231,7 +241,7 @@ void tile(const float* const* pw, const float* x, int64_t ldx, int64_t n_full, i
 #pragma GCC unroll 4
     for (int p = 0; p < P; ++p) {
 #pragma GCC unroll 6
-      for (int c = 0; c < C; ++c) _mm512_storeu_ps(acc_buf + c * acc_ld + 16 * p, acc[p][c]);
+      for (int c = 0; c < C; ++c) _mm512_store_ps(acc_buf + c * acc_ld + 16 * p, acc[p][c]);
     }
     return;
   }
@@ -282,27 +292,42 @@ void widen_pairs(const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, int
     for (int64_t k = 0; k < k8; k += 8) {
       __m512 v = load_w_pair<D>(a, b, k);
       if (!has_b) v = _mm512_maskz_mov_ps(__mmask16(0x00FF), v);
-      _mm512_storeu_ps(dst + 2 * k, v);
+      _mm512_store_ps(dst + 2 * k, v);
     }
     if (const int64_t rem = K - k8; rem != 0) {
       __m512 v = load_w_pair_tail<D>(a, b, k8, tail_mask(rem));
       if (!has_b) v = _mm512_maskz_mov_ps(__mmask16(0x00FF), v);
-      _mm512_storeu_ps(dst + 2 * k8, v);
+      _mm512_store_ps(dst + 2 * k8, v);
     }
   }
 }
 
-// Prefill of rows [n0, n1) (at most kMatmulRowsPerTask) for all T tokens.
+// A per-thread float buffer whose data is 64-byte aligned: every zmm load of the widened
+// weights and of the accumulators then stays inside one cache line (a std::vector of this size
+// comes from mmap at 16 mod 64, which split every one of them across two lines).
+class AlignedFloats {
+ public:
+  float* get(size_t n) {
+    if (v_.size() < n + 16) v_.resize(n + 16);
+    const uintptr_t p = reinterpret_cast<uintptr_t>(v_.data());
+    return reinterpret_cast<float*>((p + 63) & ~uintptr_t(63));
+  }
+
+ private:
+  std::vector<float> v_;
+};
+
+// Prefill of rows [n0, n1) (matmul_avx512_prefill_rows of them) for all T tokens.
 void prefill_block(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, int64_t K,
                    const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo) {
-  thread_local std::vector<float> scratch, acc;
+  thread_local AlignedFloats scratch_buf, acc_buf;
   const int64_t n_rows = n1 - n0, pairs = (n_rows + 1) / 2, chunks = (K + 7) / 8;
-  if (scratch.size() < size_t(pairs * chunks * 16)) scratch.resize(size_t(pairs * chunks * 16));
-  if (acc.size() < size_t(pairs * kTokenBlock * 16)) acc.resize(size_t(pairs * kTokenBlock * 16));
+  float* scratch = scratch_buf.get(size_t(pairs * chunks * 16));
+  float* acc = acc_buf.get(size_t(pairs * kTokenBlock * 16));
   switch (wtype) {
-    case DType::kF16: widen_pairs<DType::kF16>(w, row_bytes, n0, n1, K, scratch.data()); break;
-    case DType::kBF16: widen_pairs<DType::kBF16>(w, row_bytes, n0, n1, K, scratch.data()); break;
-    default: widen_pairs<DType::kF32>(w, row_bytes, n0, n1, K, scratch.data()); break;
+    case DType::kF16: widen_pairs<DType::kF16>(w, row_bytes, n0, n1, K, scratch); break;
+    case DType::kBF16: widen_pairs<DType::kBF16>(w, row_bytes, n0, n1, K, scratch); break;
+    default: widen_pairs<DType::kF32>(w, row_bytes, n0, n1, K, scratch); break;
   }
   for (int64_t t0 = 0; t0 < T; t0 += kTokenBlock) {
     const int64_t tb = T - t0 < kTokenBlock ? T - t0 : kTokenBlock;
@@ -314,10 +339,10 @@ void prefill_block(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, 
       for (int64_t p0 = 0; p0 < pairs; p0 += kTilePairs) {
         const int p_count = int(pairs - p0 < kTilePairs ? pairs - p0 : kTilePairs);
         const float* pw[kTilePairs];
-        for (int p = 0; p < p_count; ++p) pw[p] = scratch.data() + ((p0 + p) * chunks + kb / 8) * 16;
+        for (int p = 0; p < p_count; ++p) pw[p] = scratch + ((p0 + p) * chunks + kb / 8) * 16;
         const int rows = int(n_rows - 2 * p0 < 2 * kTilePairs ? n_rows - 2 * p0 : 2 * kTilePairs);
         // Each group of pairs owns tb * 16 * p_count accumulator floats.
-        float* group_acc = acc.data() + p0 * kTokenBlock * 16;
+        float* group_acc = acc + p0 * kTokenBlock * 16;
         float* group_out = out + t0 * ldo + n0 + 2 * p0;
         switch (p_count) {
           case 4: tile_tokens<4>(pw, xb, ldx, tb, n_full, tail_rem, first, last, group_acc, group_out, ldo, rows); break;
@@ -343,9 +368,16 @@ void decode_rows(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, in
 
 }  // namespace
 
+int64_t matmul_avx512_prefill_rows(int64_t K) {
+  int64_t rows = kPrefillWidenedBytes / (4 * (K > 0 ? K : 1));
+  rows = rows < kMatmulRowsPerTask ? kMatmulRowsPerTask : rows > kPrefillMaxRows ? kPrefillMaxRows : rows;
+  return rows / kMatmulRowsPerTask * kMatmulRowsPerTask;
+}
+
 void matmul_avx512(DType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
                    int64_t T, float* out, int64_t ldo, ThreadPool* pool) {
-  matmul_row_tasks(decode_rows, prefill_block, wtype, w, N, K, x, ldx, T, out, ldo, pool);
+  matmul_row_tasks(decode_rows, prefill_block, matmul_avx512_prefill_rows(K), wtype, w, N, K, x, ldx, T, out, ldo,
+                   pool);
 }
 
 }  // namespace weft
