@@ -50,7 +50,7 @@ std::string CpuBackend::weights_where() const {
 }
 
 float* CpuBackend::buffer(Buf role, int64_t n) {
-  std::vector<float>& v = buffers_[size_t(role)];
+  AlignedVector<float>& v = buffers_[size_t(role)];
   if (v.size() < size_t(n)) v.resize(size_t(n));
   return v.data();
 }
