@@ -18,7 +18,7 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
 # bit-identity, not memory safety) and synth_test (writes and reloads large synthetic models).
 tests=(fixtures_test bad_input_test tokenizer_test chat_template_test compare_test stats_test matmul_test
        attention_quant_test hadamard_test kv_cache_test sampler_test bench_test fidelity_test
-       batch_test gdn_chunked_test quant_blocks_test quant_matmul_test quant_repack_test host_weight_copy_test gguf_test gguf_names_test
+       batch_test gdn_chunked_test quant_blocks_test quant_matmul_test quant_repack_test host_weight_copy_test cpu_ops_parallel_test gguf_test gguf_names_test
        odr_test alignment_test invariants_test streaming_logits_test gguf_model_test weight_memory_test
        server_request_test server_scheduler_test)
 cmake --build build-asan -j"$(nproc)" --target weft_cli "${tests[@]}"
