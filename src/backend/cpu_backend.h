@@ -10,8 +10,8 @@
 
 #include "backend/backend.h"
 #include "backend/host_weight_copy.h"
-#include "core/aligned_vector.h"
 #include "backend/moe_route_host.h"
+#include "core/aligned_vector.h"
 #include "core/thread_pool.h"
 
 namespace weft {

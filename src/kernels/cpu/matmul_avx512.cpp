@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/aligned_vector.h"
 #include "core/check.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/matmul.h"
@@ -302,28 +303,17 @@ void widen_pairs(const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, int
   }
 }
 
-// A per-thread float buffer whose data is 64-byte aligned: every zmm load of the widened
-// weights and of the accumulators then stays inside one cache line (a std::vector of this size
-// comes from mmap at 16 mod 64, which split every one of them across two lines).
-class AlignedFloats {
- public:
-  float* get(size_t n) {
-    if (v_.size() < n + 16) v_.resize(n + 16);
-    const uintptr_t p = reinterpret_cast<uintptr_t>(v_.data());
-    return reinterpret_cast<float*>((p + 63) & ~uintptr_t(63));
-  }
-
- private:
-  std::vector<float> v_;
-};
-
 // Prefill of rows [n0, n1) (matmul_avx512_prefill_rows of them) for all T tokens.
 void prefill_block(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, int64_t K,
                    const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo) {
-  thread_local AlignedFloats scratch_buf, acc_buf;
+  // 64-byte aligned, so every zmm load of the widened weights and accumulators stays inside one
+  // cache line (a plain std::vector of this size comes from mmap at 16 mod 64: every one split).
+  thread_local AlignedVector<float> scratch_buf, acc_buf;
   const int64_t n_rows = n1 - n0, pairs = (n_rows + 1) / 2, chunks = (K + 7) / 8;
-  float* scratch = scratch_buf.get(size_t(pairs * chunks * 16));
-  float* acc = acc_buf.get(size_t(pairs * kTokenBlock * 16));
+  if (scratch_buf.size() < size_t(pairs * chunks * 16)) scratch_buf.resize(size_t(pairs * chunks * 16));
+  if (acc_buf.size() < size_t(pairs * kTokenBlock * 16)) acc_buf.resize(size_t(pairs * kTokenBlock * 16));
+  float* scratch = scratch_buf.data();
+  float* acc = acc_buf.data();
   switch (wtype) {
     case DType::kF16: widen_pairs<DType::kF16>(w, row_bytes, n0, n1, K, scratch); break;
     case DType::kBF16: widen_pairs<DType::kBF16>(w, row_bytes, n0, n1, K, scratch); break;
