@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <array>
+#include <cstdlib>
+#include <mutex>
+#include <vector>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -16,11 +19,44 @@ std::string source_dir() { return WEFT_SOURCE_DIR; }
 std::string weft_binary() { return WEFT_BINARY; }
 std::string shared_dir() { return source_dir() + "/../shared"; }
 
+namespace {
+// The directories temp_dir made in this process, removed when it exits normally: synthetic models
+// and converted GGUF files add up to gigabytes over a test run, and CI runs on a disk of no
+// stated size (one run ran out of space). WEFT_KEEP_TEST_FILES=1 keeps them for a post-mortem;
+// a test that crashes leaves its files too. Only the process that made a directory removes it
+// (a forked child that exits must not delete its parent's files).
+class TempDirs {
+ public:
+  ~TempDirs() {
+    if (getpid() != owner_ || std::getenv("WEFT_KEEP_TEST_FILES") != nullptr) return;
+    for (const std::string& dir : dirs_) {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  }
+  void add(const std::string& dir) {
+    std::lock_guard<std::mutex> lock(mu_);
+    dirs_.push_back(dir);
+  }
+
+ private:
+  const pid_t owner_ = getpid();
+  std::mutex mu_;
+  std::vector<std::string> dirs_;
+};
+
+TempDirs& temp_dirs() {
+  static TempDirs dirs;
+  return dirs;
+}
+}  // namespace
+
 std::string temp_dir(const std::string& tag) {
   std::random_device rd;
   std::string dir = "/tmp/weft-test-" + tag + "-" + std::to_string(getpid()) + "-" + std::to_string(rd());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  temp_dirs().add(dir);
   return dir;
 }
 

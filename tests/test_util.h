@@ -8,7 +8,7 @@ namespace weft::test {
 std::string source_dir();             // repo root
 std::string weft_binary();            // path of the built `weft` tool
 std::string shared_dir();             // ../shared beside the repo (may be absent)
-std::string temp_dir(const std::string& tag);  // a fresh empty directory under /tmp
+std::string temp_dir(const std::string& tag);  // a fresh empty directory under /tmp, removed at exit
 // Runs a shell command; returns its exit status and captures stdout+stderr into *output.
 int run_command(const std::string& cmd, std::string* output);
 // The whole file at path, byte for byte ("" when it cannot be read).

@@ -13,9 +13,10 @@ jobs="$(nproc)"
 # clang and its sanitizer/libFuzzer runtimes (libclang-rt-dev) are only needed by these stages.
 bash tools/install-deps.sh clang libclang-rt-dev
 # Release (-O2) plus the sanitizers: fuzzing wants many executions per second, and the
-# sanitizers see the same bugs at -O2. BUILD_TESTING=OFF: the tests are built elsewhere.
+# sanitizers see the same bugs at -O2. BUILD_TESTING=OFF: the tests are built elsewhere;
+# WEFT_CUDA=OFF: the loaders and parsers fuzzed here are host code.
 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++ \
-  -DWEFT_FUZZ=ON -DBUILD_TESTING=OFF >/dev/null
+  -DWEFT_FUZZ=ON -DBUILD_TESTING=OFF -DWEFT_CUDA=OFF >/dev/null
 cmake --build build-fuzz -j"$jobs" --target fuzz_all
 
 targets=("$@")
