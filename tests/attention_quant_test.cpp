@@ -1,6 +1,6 @@
 // attention_quant (quantized KV tier): kernel error vs float64, quantization error per type,
-// determinism across thread counts, AVX2 vs scalar twin, end-to-end argmax agreement with the
-// strict f16 path, and a disabled-by-default decode throughput comparison with attention_f16.
+// determinism across thread counts, every vector primitive set vs the scalar twin, end-to-end
+// argmax agreement with the strict f16 path. (Speed: tools/attention_quant_bench, a command.)
 #include "kernels/cpu/attention_quant.h"
 
 #include <gtest/gtest.h>
@@ -113,6 +113,14 @@ struct Errors {
   double kernel = 0, total = 0;
 };
 
+// The vector primitive sets this CPU can run (the dispatcher uses only the widest).
+std::vector<std::pair<const char*, const AttnQuantOps*>> vector_sets() {
+  std::vector<std::pair<const char*, const AttnQuantOps*>> sets;
+  if (use_avx2()) sets.push_back({"avx2", &attn_quant_ops_avx2()});
+  if (use_avx512_vnni()) sets.push_back({"avx512", &attn_quant_ops_avx512()});
+  return sets;
+}
+
 // Runs one problem through every pool size and both paths; returns errors normalised by max|v|.
 Errors check_problem(const Problem& p, std::mt19937_64& rng) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -162,10 +170,16 @@ Errors check_problem(const Problem& p, std::mt19937_64& rng) {
     }
     EXPECT_EQ(0, std::memcmp(out.data(), other.data(), out.size() * 4)) << describe(p) << " threads " << threads;
   }
-  // The scalar twin: same lanes, same order, so bit-identical to the AVX2 path.
+  // The scalar twin: same float operations in the same order, so bit-identical to the dispatched
+  // path; and every vector set this CPU can run (AVX2 here too, not only the widest), each alone.
   std::fill(other.begin(), other.end(), NAN);
   attention_quant_scalar(view, a, &pool2);
   EXPECT_EQ(0, std::memcmp(out.data(), other.data(), out.size() * 4)) << describe(p) << " scalar twin";
+  for (const auto& [name, ops] : vector_sets()) {
+    std::fill(other.begin(), other.end(), NAN);
+    attention_quant_with(*ops, view, a, &pool2);
+    EXPECT_EQ(0, std::memcmp(out.data(), other.data(), out.size() * 4)) << describe(p) << " " << name << " set";
+  }
 
   const double vmax = std::fabs(*std::max_element(v.begin(), v.end(), [](float x, float y) {
     return std::fabs(x) < std::fabs(y);
@@ -347,78 +361,117 @@ double time_ms(const std::function<void()>& fn, int reps) {
   return best;
 }
 
-TEST(AttentionQuantBench, DISABLED_Throughput) {
-  const int64_t hd = 256, n_kv = 2, group = 8, nh = n_kv * group;
-  const int threads = 2;
-  ThreadPool pool(threads);
-  std::mt19937_64 rng(7);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> q(size_t(nh * hd)), out(q.size());
-  for (auto& x : q) x = nd(rng);
-  std::printf("decode T=1, head_dim %lld, %lld kv heads x GQA %lld, %d threads, best of 7 (%s)\n", (long long)hd,
-              (long long)n_kv, (long long)group, threads, use_avx2() ? "AVX2" : "scalar");
-  // The three cache types are timed interleaved (one call each per round, best of 7 rounds), so
-  // load from other processes on the shared VM hits them alike.
-  for (int64_t ctx : {4096, 16384, 32768}) {
-    std::vector<float> k(size_t(ctx * n_kv * hd)), v(k.size());
-    for (auto& x : k) x = nd(rng);
-    for (auto& x : v) x = nd(rng);
-    const DType types[3] = {DType::kF16, DType::kQ8_0, DType::kQ4_0};
-    std::vector<std::unique_ptr<KvCache>> caches;
-    double best[3] = {1e30, 1e30, 1e30};
-    for (DType t : types) {
-      caches.push_back(std::make_unique<KvCache>(KvCacheSpec{1, n_kv, hd, t, t, 256}));
-      caches.back()->append(0, k.data(), v.data(), ctx);
+// attn_exp against float64 exp over the softmax's range, and its floor.
+TEST(AttentionQuantPrimitives, ExpMatchesFloat64) {
+  double worst = 0;
+  for (int i = 0; i <= 200000; ++i) {
+    const float x = -87.0f * float(i) / 200000.0f;
+    const double want = std::exp(double(x));
+    worst = std::max(worst, std::fabs(double(attn_exp(x)) - want) / want);
+  }
+  std::printf("[ attn_exp ] max relative error on [-87, 0]: %.3g\n", worst);
+  EXPECT_LT(worst, 5e-7);  // ~4 ulp
+  EXPECT_EQ(attn_exp(0.0f), 1.0f);
+  EXPECT_EQ(attn_exp(-1e30f), attn_exp(-87.0f));
+  EXPECT_EQ(attn_exp(-INFINITY), attn_exp(-87.0f));
+  EXPECT_EQ(attn_exp(NAN), attn_exp(-87.0f));
+  EXPECT_GT(attn_exp(-87.0f), 0.0f);
+  EXPECT_LT(attn_exp(-87.0f), 2e-38f);
+}
+
+// exp_sum and scores of every vector set against the scalar twin, bit for bit, on inputs the
+// end-to-end checks rarely reach: lengths around the 8-lane groups, extreme and non-finite
+// scores, the extreme codes of q8_0 (-128 included, which the encoder never writes) and q4_0,
+// queries of +-127, group sizes 1..16 (tiles of 8 and a partial one).
+TEST(AttentionQuantPrimitives, VectorSetsEqualScalarTwin) {
+  std::mt19937_64 rng(test_seed() + 2);
+  std::normal_distribution<float> nd(0.0f, 4.0f);
+  const AttnQuantOps& scalar = attn_quant_ops_scalar();
+  if (vector_sets().empty()) GTEST_SKIP() << "no vector set on this CPU";
+  for (int64_t n : {1, 7, 8, 9, 15, 16, 17, 255, 256}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (auto& v : x) v = nd(rng);
+    x[size_t(rng() % uint64_t(n))] = -1e30f;
+    if (n > 2) x[1] = -INFINITY;
+    const float m = *std::max_element(x.begin(), x.end());
+    std::vector<float> want = x;
+    const float want_sum = scalar.exp_sum(want.data(), n, m);
+    for (const auto& [name, ops] : vector_sets()) {
+      std::vector<float> got = x;
+      const float sum = ops->exp_sum(got.data(), n, m);
+      EXPECT_EQ(0, std::memcmp(&sum, &want_sum, 4)) << name << " n " << n;
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), size_t(n) * 4)) << name << " n " << n;
     }
-    for (int round = 0; round < 8; ++round)
-      for (int ti = 0; ti < 3; ++ti) {
-        const KvLayerView view = caches[size_t(ti)]->view(0);
-        AttentionArgs a{q.data(), 1, ctx - 1, nh, 1.0f / 16.0f, out.data()};
-        auto t0 = std::chrono::steady_clock::now();
-        if (ti == 0) attention_f16(view, a, &pool);
-        else attention_quant(view, a, &pool);
-        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        if (round > 0) best[ti] = std::min(best[ti], ms);  // round 0 warms caches and scratch
+  }
+  for (DType kt : {DType::kQ8_0, DType::kQ4_0})
+    for (int64_t group : {1, 3, 8, 9, 16}) {
+      const int64_t hd = 128, nb = hd / 32, n_keys = 37;
+      KvCache cache(KvCacheSpec{1, 1, hd, kt, DType::kQ8_0, 16});
+      std::vector<float> k(size_t(n_keys * hd)), v(k.size());
+      for (auto& e : k) e = nd(rng);
+      for (auto& e : v) e = nd(rng);
+      cache.append(0, k.data(), v.data(), n_keys);
+      KvLayerView view = cache.view(0);
+      // Extreme codes written straight into some rows: all -128 / all 127 (q8_0), 0 / 15 (q4_0).
+      for (int64_t r : {int64_t(3), int64_t(20)}) {
+        auto* row = const_cast<uint8_t*>(view.k_row(0, r));
+        for (int64_t b = 0; b < nb; ++b) {
+          if (kt == DType::kQ8_0) {
+            auto* blk = reinterpret_cast<BlockQ8_0*>(row) + b;
+            std::memset(blk->qs, r == 3 ? 0x80 : 0x7f, 32);
+          } else {
+            auto* blk = reinterpret_cast<BlockQ4_0*>(row) + b;
+            std::memset(blk->qs, r == 3 ? 0x00 : 0xff, 16);
+          }
+        }
       }
-    for (int ti = 0; ti < 3; ++ti) {
-      const KvLayerView view = caches[size_t(ti)]->view(0);
-      const double bytes = double(ctx) * double(n_kv) * double(view.k_row_bytes + view.v_row_bytes);
-      std::printf("  ctx %6lld  %-5s %8.3f ms  %6.1f MB  %5.2f GB/s  speedup vs f16 %.2fx\n", (long long)ctx,
-                  dtype_name(types[ti]), best[ti], bytes / 1e6, bytes / best[ti] / 1e6, best[0] / best[ti]);
+      std::vector<AttnQBlock> qb(size_t(group * nb));
+      for (auto& b : qb) {
+        b.d = std::fabs(nd(rng)) / 127.0f;
+        b.qsum = 0;
+        for (auto& c : b.qs) {
+          const uint64_t u = rng() % 8;
+          c = int8_t(u == 0 ? 127 : u == 1 ? -127 : int(rng() % 255) - 127);
+          b.qsum += c;
+        }
+      }
+      std::vector<AttnQTile> tiles(size_t((group + 7) / 8 * nb));
+      for (int64_t t = 0; t * 8 < group; ++t)
+        for (int64_t b = 0; b < nb; ++b) {
+          AttnQTile& tile = tiles[size_t(t * nb + b)];
+          std::memset(&tile, 0, sizeof tile);
+          for (int64_t h = 0; h < 8 && t * 8 + h < group; ++h) {
+            const AttnQBlock& q = qb[size_t((t * 8 + h) * nb + b)];
+            std::memcpy(tile.qs[h], q.qs, 32);
+            for (int c = 0; c < 8; ++c) std::memcpy(tile.qt[c][h], q.qs + 4 * c, 4);
+            tile.d[h] = q.d;
+            tile.bias8[h] = -8 * q.qsum;
+            tile.bias128[h] = -128 * q.qsum;
+          }
+        }
+      const AttnGroupQuery q{nullptr, qb.data(), tiles.data(), group, nb};
+      std::vector<float> want(size_t(group * n_keys)), got(want.size());
+      scalar.scores(view, 0, 0, n_keys, q, 0.0625f, want.data());
+      // The integer dots are exact: check one score against a float64 recomputation too.
+      double ref = 0;
+      {
+        std::vector<float> row(static_cast<size_t>(hd));
+        decode_kv_row(kt, view.k_row(0, 20), row.data(), hd);
+        for (int64_t b = 0; b < nb; ++b) {
+          double dot = 0;
+          for (int e = 0; e < 32; ++e) dot += double(row[size_t(b * 32 + e)]) * double(qb[size_t(b)].qs[e]) * qb[size_t(b)].d;
+          ref += dot;
+        }
+        ref *= 0.0625;
+      }
+      EXPECT_NEAR(want[20], ref, 1e-4 * std::max(1.0, std::fabs(ref))) << dtype_name(kt);
+      for (const auto& [name, ops] : vector_sets()) {
+        std::fill(got.begin(), got.end(), NAN);
+        ops->scores(view, 0, 0, n_keys, q, 0.0625f, got.data());
+        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4))
+            << name << " " << dtype_name(kt) << " group " << group;
+      }
     }
-  }
-  // K scoring alone, one thread, 4096 q8_0 rows x 8 heads: integer dot vs dequantize + FMA.
-  const int64_t rows = 4096, nb = hd / 32;
-  std::vector<float> kr(static_cast<size_t>(rows * hd)), row(static_cast<size_t>(hd)), s(static_cast<size_t>(group));
-  for (auto& x : kr) x = nd(rng);
-  std::vector<BlockQ8_0> kq(size_t(rows * nb));
-  for (int64_t r = 0; r < rows; ++r) quantize_row_q8_0(kr.data() + r * hd, kq.data() + r * nb, hd);
-  std::vector<AttnQBlock> qb(size_t(group * nb));
-  for (int64_t i = 0; i < group * nb; ++i) {
-    AttnQBlock& b = qb[size_t(i)];
-    b.d = 0.01f;
-    for (int j = 0; j < 32; ++j) b.qs[j] = int8_t(int(rng() % 255) - 127);
-    for (int l = 0; l < 8; ++l) b.lane_sum8[l] = 0;
-  }
-  if (use_avx2()) {
-    const AttnQuantOps& o = attn_quant_ops_avx2();
-    float sink = 0;
-    const double int_ms = time_ms([&] {
-      for (int64_t r = 0; r < rows; ++r) {
-        o.scores_q8(reinterpret_cast<const uint8_t*>(kq.data() + r * nb), qb.data(), group, nb, s.data());
-        sink += s[0];
-      }
-    }, 9);
-    const double fma_ms = time_ms([&] {
-      for (int64_t r = 0; r < rows; ++r) {
-        o.load_row(DType::kQ8_0, reinterpret_cast<const uint8_t*>(kq.data() + r * nb), row.data(), hd);
-        for (int64_t i = 0; i < group; ++i) s[size_t(i)] = o.dot(q.data() + i * hd, row.data(), hd);
-        sink += s[0];
-      }
-    }, 9);
-    std::printf("K scores, %lld q8_0 rows x %lld heads: integer dot %.3f ms, dequantize+FMA %.3f ms (%.2fx) [%g]\n",
-                (long long)rows, (long long)group, int_ms, fma_ms, fma_ms / int_ms, double(sink != 0));
-  }
 }
 
 }  // namespace

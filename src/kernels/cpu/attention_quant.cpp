@@ -3,7 +3,9 @@
 #include "kernels/cpu/attention_quant.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -26,41 +28,56 @@ float reduce_lanes(const float* lane) {
   return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
 }
 
-void scores_q8_scalar(const uint8_t* row, const AttnQBlock* q, int64_t group, int64_t nb, float* s) {
-  const auto* k = reinterpret_cast<const BlockQ8_0*>(row);
-  for (int64_t i = 0; i < group; ++i) {
-    float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int64_t b = 0; b < nb; ++b) {
-      const AttnQBlock& qb = q[i * nb + b];
-      const float d = qb.d * f16_to_f32(k[b].d);
-      for (int l = 0; l < 8; ++l) {
-        int32_t sum = 0;
-        for (int e = 4 * l; e < 4 * l + 4; ++e) sum += int32_t(k[b].qs[e]) * int32_t(qb.qs[e]);
-        lane[l] = std::fma(float(sum), d, lane[l]);
+// Scores of a q8_0 / q4_0 key row for every head: per block the exact integer dot, then one
+// float fma per block (see AttnQuantOps::scores).
+template <bool kQ4>
+void scores_scalar(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const AttnGroupQuery& q, float scale,
+                   float* s) {
+  for (int64_t j = 0; j < n; ++j) {
+    const uint8_t* row = kv.k_row(g, k0 + j);
+    for (int64_t i = 0; i < q.group; ++i) {
+      float acc = 0;
+      for (int64_t b = 0; b < q.nb; ++b) {
+        const AttnQBlock& qb = q.qb[i * q.nb + b];
+        int32_t dot = 0;
+        float dk;
+        if constexpr (kQ4) {
+          const BlockQ4_0& k = reinterpret_cast<const BlockQ4_0*>(row)[b];
+          for (int e = 0; e < 16; ++e) dot += int32_t(k.qs[e] & 0x0f) * qb.qs[e] + int32_t(k.qs[e] >> 4) * qb.qs[e + 16];
+          dot -= 8 * qb.qsum;  // stored value + 8
+          dk = f16_to_f32(k.d);
+        } else {
+          const BlockQ8_0& k = reinterpret_cast<const BlockQ8_0*>(row)[b];
+          for (int e = 0; e < 32; ++e) dot += int32_t(k.qs[e]) * qb.qs[e];
+          dk = f16_to_f32(k.d);
+        }
+        acc = std::fma(float(dot), qb.d * dk, acc);
       }
+      s[i * n + j] = acc * scale;
     }
-    s[i] = reduce_lanes(lane);
   }
 }
 
-void scores_q4_scalar(const uint8_t* row, const AttnQBlock* q, int64_t group, int64_t nb, float* s) {
-  const auto* k = reinterpret_cast<const BlockQ4_0*>(row);
-  for (int64_t i = 0; i < group; ++i) {
-    float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int64_t b = 0; b < nb; ++b) {
-      const AttnQBlock& qb = q[i * nb + b];
-      const float d = qb.d * f16_to_f32(k[b].d);
-      for (int l = 0; l < 8; ++l) {
-        int32_t sum = 0;
-        for (int e = 4 * l; e < 4 * l + 4; ++e) {
-          const int ku = e < 16 ? (k[b].qs[e] & 0x0f) : (k[b].qs[e - 16] >> 4);  // stored value + 8
-          sum += ku * int32_t(qb.qs[e]);
-        }
-        lane[l] = std::fma(float(sum - qb.lane_sum8[l]), d, lane[l]);
-      }
+void scores_scalar_any(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const AttnGroupQuery& q, float scale,
+                       float* s) {
+  if (kv.k_type == DType::kQ4_0) scores_scalar<true>(kv, g, k0, n, q, scale, s);
+  else scores_scalar<false>(kv, g, k0, n, q, scale, s);
+}
+
+float exp_sum_scalar(float* x, int64_t n, float m) {
+  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int l = 0; l < 8; ++l) {
+      x[j + l] = attn_exp(x[j + l] - m);
+      lane[l] += x[j + l];
     }
-    s[i] = reduce_lanes(lane);
+  float sum = reduce_lanes(lane);
+  for (; j < n; ++j) {
+    x[j] = attn_exp(x[j] - m);
+    sum += x[j];
   }
+  return sum;
 }
 
 void load_row_scalar(DType type, const uint8_t* row, float* dst, int64_t n) { decode_kv_row(type, row, dst, n); }
@@ -84,7 +101,7 @@ void accumulate_v_scalar(const float* v, int64_t n, const float* p, int64_t p_st
     }
 }
 
-const AttnQuantOps kScalarOps = {scores_q8_scalar, scores_q4_scalar, load_row_scalar, dot_scalar,
+const AttnQuantOps kScalarOps = {scores_scalar_any, exp_sum_scalar, load_row_scalar, dot_scalar,
                                  accumulate_v_scalar, nullptr};
 
 // ---- Driver (shared by both paths). ----
@@ -98,11 +115,32 @@ void quantize_queries(const float* x, int64_t n, AttnQBlock* out) {
     const float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
     AttnQBlock& q = out[b];
     q.d = d;
-    for (int j = 0; j < 32; ++j) q.qs[j] = int8_t(std::lround(xb[j] * id));
-    for (int l = 0; l < 8; ++l)
-      q.lane_sum8[l] = 8 * (int32_t(q.qs[4 * l]) + q.qs[4 * l + 1] + q.qs[4 * l + 2] + q.qs[4 * l + 3]);
+    q.qsum = 0;
+    for (int j = 0; j < 32; ++j) {
+      q.qs[j] = int8_t(std::lround(xb[j] * id));
+      q.qsum += q.qs[j];
+    }
   }
 }
+
+// The vector paths' tiles of one GQA group: [ceil(group / 8)][nb], from its blocks [group][nb].
+void make_tiles(const AttnQBlock* qb, int64_t group, int64_t nb, AttnQTile* tiles) {
+  for (int64_t t = 0; t * 8 < group; ++t)
+    for (int64_t b = 0; b < nb; ++b) {
+      AttnQTile& tile = tiles[t * nb + b];
+      std::memset(&tile, 0, sizeof tile);
+      for (int64_t h = 0; h < 8 && t * 8 + h < group; ++h) {
+        const AttnQBlock& q = qb[(t * 8 + h) * nb + b];
+        std::memcpy(tile.qs[h], q.qs, 32);
+        for (int c = 0; c < 8; ++c) std::memcpy(tile.qt[c][h], q.qs + 4 * c, 4);
+        tile.d[h] = q.d;
+        tile.bias8[h] = -8 * q.qsum;
+        tile.bias128[h] = -128 * q.qsum;
+      }
+    }
+}
+
+int64_t tiles_per_group(int64_t group, int64_t nb) { return (group + 7) / 8 * nb; }
 
 struct Partial {
   float* m;
@@ -110,42 +148,29 @@ struct Partial {
   float* acc;
 };
 
-// Scratch floats one task needs: K row, scores [group][chunk], V tile, per-head score temp.
-size_t scratch_floats(int64_t hd, int64_t group) {
-  return size_t(hd + group * kAttnChunk + kVTile * hd + group);
-}
+// Scratch floats one task needs: K row, scores [group][chunk], V tile.
+size_t scratch_floats(int64_t hd, int64_t group) { return size_t(hd + group * kAttnChunk + kVTile * hd); }
 
-// Partial softmax state of `group` heads over keys [k0, k1) of kv head g.
-// qf: float queries [group][hd] (f16 K); qb: q8 queries [group][nb] (quantized K).
-void chunk_partial(const AttnQuantOps& o, const KvLayerView& kv, int64_t g, int64_t k0, int64_t k1, const float* qf,
-                   const AttnQBlock* qb, int64_t group, float scale, float* scratch, Partial out) {
-  const int64_t hd = kv.head_dim, n = k1 - k0, nb = hd / 32;
+// Partial softmax state of the group's heads over keys [k0, k1) of kv head g.
+void chunk_partial(const AttnQuantOps& o, const KvLayerView& kv, int64_t g, int64_t k0, int64_t k1,
+                   const AttnGroupQuery& q, float scale, float* scratch, Partial out) {
+  const int64_t hd = kv.head_dim, n = k1 - k0, group = q.group;
   float* row = scratch;                    // [hd]
   float* s = row + hd;                     // [group][n]
   float* vt = s + group * kAttnChunk;      // [kVTile][hd]
-  float* tmp = vt + kVTile * hd;           // [group]
-  for (int64_t j = 0; j < n; ++j) {
-    const uint8_t* kr = kv.k_row(g, k0 + j);
-    if (kv.k_type == DType::kQ8_0) {
-      o.scores_q8(kr, qb, group, nb, tmp);
-    } else if (kv.k_type == DType::kQ4_0) {
-      o.scores_q4(kr, qb, group, nb, tmp);
-    } else {
-      o.load_row(kv.k_type, kr, row, hd);
-      for (int64_t i = 0; i < group; ++i) tmp[i] = o.dot(qf + i * hd, row, hd);
+  if (is_quant(kv.k_type)) {
+    o.scores(kv, g, k0, n, q, scale, s);
+  } else {
+    for (int64_t j = 0; j < n; ++j) {
+      o.load_row(kv.k_type, kv.k_row(g, k0 + j), row, hd);
+      for (int64_t i = 0; i < group; ++i) s[i * n + j] = o.dot(q.qf + i * hd, row, hd) * scale;
     }
-    for (int64_t i = 0; i < group; ++i) s[i * n + j] = tmp[i] * scale;
   }
   for (int64_t i = 0; i < group; ++i) {
     float m = s[i * n];
     for (int64_t j = 1; j < n; ++j) m = std::max(m, s[i * n + j]);
-    float l = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      s[i * n + j] = std::exp(s[i * n + j] - m);
-      l += s[i * n + j];
-    }
     out.m[i] = m;
-    out.l[i] = l;
+    out.l[i] = o.exp_sum(s + i * n, n, m);
   }
   std::fill(out.acc, out.acc + group * hd, 0.0f);
   if (o.accumulate_v_rows != nullptr && o.accumulate_v_rows(kv, g, k0, n, s, n, group, out.acc)) return;
@@ -172,13 +197,24 @@ std::vector<float>& thread_scratch() {
 
 void run(const AttnQuantOps& o, const KvLayerView& kv, const AttentionArgs& a, ThreadPool* pool) {
   const int64_t hd = kv.head_dim, n_kv = kv.n_kv_heads, group = a.n_heads / n_kv, nb = hd / 32;
+  const int64_t n_tiles = tiles_per_group(group, nb);
   const size_t need = scratch_floats(hd, group);
   std::vector<AttnQBlock> qb;
   if (is_quant(kv.k_type)) {
     qb.resize(size_t(a.T * a.n_heads * nb));
     quantize_queries(a.q, a.T * a.n_heads * hd, qb.data());
   }
-  auto q8_of = [&](int64_t first_head) { return qb.empty() ? nullptr : qb.data() + first_head * nb; };
+  // The query of the group whose first head (over all tokens) is h0; tiles: where to build its
+  // vector-path tiles (quantized K only).
+  auto group_query = [&](int64_t h0, AttnQTile* tiles) {
+    AttnGroupQuery q{a.q + h0 * hd, nullptr, nullptr, group, nb};
+    if (!qb.empty()) {
+      q.qb = qb.data() + h0 * nb;
+      make_tiles(q.qb, group, nb, tiles);
+      q.tiles = tiles;
+    }
+    return q;
+  };
 
   if (a.T == 1) {
     // Decode: (kv head, chunk) tasks, then chunks merged in order per head.
@@ -191,13 +227,17 @@ void run(const AttnQuantOps& o, const KvLayerView& kv, const AttentionArgs& a, T
     if (partials_buffer.size() < size_t(n_kv * n_chunks * stride))
       partials_buffer.resize(size_t(n_kv * n_chunks * stride));
     float* const partials = partials_buffer.data();
+    // One token: each group's query forms are built once here, not once per chunk.
+    std::vector<AttnQTile> tiles(size_t(n_kv * n_tiles));
+    std::vector<AttnGroupQuery> queries;
+    for (int64_t g = 0; g < n_kv; ++g) queries.push_back(group_query(g * group, tiles.data() + g * n_tiles));
     auto task = [&](int64_t idx) {
       const int64_t g = idx / n_chunks, c = idx % n_chunks;
       auto& scratch = thread_scratch();
       if (scratch.size() < need) scratch.resize(need);
       float* p = partials + idx * stride;
-      chunk_partial(o, kv, g, c * kAttnChunk, std::min(n_keys, (c + 1) * kAttnChunk), a.q + g * group * hd,
-                    q8_of(g * group), group, a.scale, scratch.data(), {p, p + group, p + 2 * group});
+      chunk_partial(o, kv, g, c * kAttnChunk, std::min(n_keys, (c + 1) * kAttnChunk), queries[size_t(g)], a.scale,
+                    scratch.data(), {p, p + group, p + 2 * group});
     };
     if (pool) pool->parallel_for(n_kv * n_chunks, task);
     else for (int64_t i = 0; i < n_kv * n_chunks; ++i) task(i);
@@ -222,18 +262,22 @@ void run(const AttnQuantOps& o, const KvLayerView& kv, const AttentionArgs& a, T
   auto task = [&](int64_t idx) {
     const int64_t t = idx / n_kv, g = idx % n_kv, n_keys = a.pos0 + t + 1;
     auto& scratch = thread_scratch();
-    const size_t total = need + size_t(group * (hd + 4));
+    const size_t tile_floats = size_t(n_tiles) * sizeof(AttnQTile) / sizeof(float);
+    const size_t total = need + size_t(group * (hd + 4)) + tile_floats;
     if (scratch.size() < total) scratch.resize(total);
     float* part = scratch.data() + need;
     float* m = part + group * (hd + 2);
     float* l = m + group;
+    // AttnQTile holds only 4-byte fields, so a float buffer is suitably aligned for it.
+    auto* tiles = reinterpret_cast<AttnQTile*>(scratch.data() + need + size_t(group * (hd + 4)));
     const int64_t h0 = t * a.n_heads + g * group;
+    const AttnGroupQuery q = group_query(h0, tiles);
     float* out = a.out + h0 * hd;
     for (int64_t c = 0; c * kAttnChunk < n_keys; ++c) {
       const int64_t k0 = c * kAttnChunk, k1 = std::min(n_keys, k0 + kAttnChunk);
       Partial p{part, part + group, part + 2 * group};
       if (c == 0) p = {m, l, out};
-      chunk_partial(o, kv, g, k0, k1, a.q + h0 * hd, q8_of(h0), group, a.scale, scratch.data(), p);
+      chunk_partial(o, kv, g, k0, k1, q, a.scale, scratch.data(), p);
       if (c == 0) continue;
       for (int64_t i = 0; i < group; ++i)
         merge_into(&m[i], &l[i], out + i * hd, part[i], part[group + i], part + 2 * group + i * hd, hd);
@@ -254,19 +298,37 @@ bool attention_quant_supports(const KvLayerView& kv) {
          !(kv.k_type == DType::kF16 && kv.v_type == DType::kF16) && kv.head_dim > 0 && kv.head_dim % 32 == 0;
 }
 
-void attention_quant(const KvLayerView& kv, const AttentionArgs& args, ThreadPool* pool) {
+float attn_exp(float x) {
+  x = x > kAttnExpMin ? x : kAttnExpMin;
+  const float n = std::nearbyint(x * kAttnLog2e);
+  float r = std::fma(n, -kAttnLn2Hi, x);
+  r = std::fma(n, -kAttnLn2Lo, r);
+  float p = kAttnExpP[0];
+  for (int i = 1; i < 6; ++i) p = std::fma(p, r, kAttnExpP[i]);
+  const float r2 = r * r;
+  const float y = std::fma(p, r2, r) + 1.0f;
+  const int32_t bits = (int32_t(n) + 127) << 23;
+  return y * std::bit_cast<float>(bits);
+}
+
+const AttnQuantOps& attn_quant_ops_scalar() { return kScalarOps; }
+
+void attention_quant_with(const AttnQuantOps& ops, const KvLayerView& kv, const AttentionArgs& args,
+                          ThreadPool* pool) {
   // Token t sees rows [0, pos0 + t]; the cache must already hold the last of them.
   WEFT_ASSERT(args.pos0 >= 0 && args.pos0 + args.T <= kv.length, "attention would read past the KV cache");
-  static const AttnQuantOps& ops = use_avx512_vnni() ? attn_quant_ops_avx512()
-                                   : use_avx2()      ? attn_quant_ops_avx2()
-                                                     : kScalarOps;
   run(ops, kv, args, pool);
 }
 
+void attention_quant(const KvLayerView& kv, const AttentionArgs& args, ThreadPool* pool) {
+  static const AttnQuantOps& ops = use_avx512_vnni() ? attn_quant_ops_avx512()
+                                   : use_avx2()      ? attn_quant_ops_avx2()
+                                                     : kScalarOps;
+  attention_quant_with(ops, kv, args, pool);
+}
+
 void attention_quant_scalar(const KvLayerView& kv, const AttentionArgs& args, ThreadPool* pool) {
-  // Token t sees rows [0, pos0 + t]; the cache must already hold the last of them.
-  WEFT_ASSERT(args.pos0 >= 0 && args.pos0 + args.T <= kv.length, "attention would read past the KV cache");
-  run(kScalarOps, kv, args, pool);
+  attention_quant_with(kScalarOps, kv, args, pool);
 }
 
 }  // namespace weft

@@ -1,18 +1,13 @@
-// AVX2/FMA/F16C primitives of the quantized-KV attention kernel (see attention_quant.h).
-// Same lane structure and summation order as the scalar twins in attention_quant.cpp.
+// AVX2/FMA/F16C primitives of the quantized-KV attention kernel (see attention_quant.h): the
+// scalar twins' float operations in the same order, so the same bits.
 //
-// Measured (AttentionQuantBench.DISABLED_Throughput; decode T=1, head_dim 256, 2 kv heads x GQA 8,
-// 2 threads, best of 7, interleaved). On the 2-core dev VM (load average 7-9 from other agents,
-// so ±2x noise): speedup over attention_f16 at 4K / 16K / 32K context:
-//   q8_0/q8_0 1.9x / 2.1x / 1.8x (other runs 3.7-7x / 3.2x / 1.5-2.1x);
-//   q4_0/q4_0 4.9x / 2.0x / 2.1x (other runs 1.5-7x / 2.3x / 1.4-2.0x).
-// On a quiet 16-core Xeon pinned to 2 cores: f16 2.44 / 7.44 / 15.4 ms, q8_0 1.47 / 4.91 /
-// 10.4 ms (1.66x / 1.52x / 1.49x), q4_0 1.39 / 4.51 / 9.31 ms (1.75x / 1.65x / 1.65x).
-// Bytes per token and kv head: f16 1024, q8_0 544, q4_0 288. All three stay compute-bound
-// (≤ 4.5 GB/s, below DRAM bandwidth; the dev VM reads 7 GB/s on one core), so the gain comes from cheaper arithmetic
-// (integer K dot, register-blocked V) as much as from fewer bytes.
-// K scoring, integer dot vs dequantize-to-f32 + FMA dot (4096 q8_0 rows x 8 heads, one thread):
-// dev VM 0.38 vs 0.91 ms (2.4x), Xeon 0.40 vs 0.88 ms (2.2x): the integer dot is kept.
+// K scores, lanes = heads: per key block the 8 heads' integer dots (maddubs + madd per head,
+// then a transposing hadd tree; integer sums are exact in any order), one cvt and one fma per
+// block for all 8 heads. The earlier form (one 8-lane float accumulator per head, a float
+// reduction per head at the end) spent a cvt, a scale broadcast and an fma per head and block;
+// that contract was replaced on 2026-12-01 (docs/results.md section 13, "CPU quantized-KV
+// attention, round 2"). Softmax exp: attn_exp8, a vector twin of attn_exp.
+// Speed: build/attention_quant_bench (a command, not a test).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -35,83 +30,100 @@ inline float reduce8(__m256 acc) {
   return _mm_cvtss_f32(s1);
 }
 
-// Scores of NH heads against one q8_0 key row: the key block is loaded (and its |k| taken) once
-// and dotted with every head's query block. Sign trick: maddubs needs an unsigned operand, so
-// |k| · sign(q, k) = k · q; pairs of int16 then summed by madd into 8 int32 lanes of 4 products.
-template <int NH>
-void scores_q8_tile(const BlockQ8_0* k, const AttnQBlock* q, int64_t nb, float* s) {
+// Eight int32 vectors (one per head, 8 partial sums each) -> one vector of the 8 heads' totals.
+// Integer adds: exact in any order.
+inline __m256i sum_per_head(const __m256i p[8]) {
+  const __m256i u0 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+  const __m256i u1 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+// attn_exp (attention_quant.h) on 8 lanes: the scalar twin's operations in its order. max_ps
+// returns its second operand for NaN, as the twin's `x > min ? x : min` does.
+inline __m256 attn_exp8(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(kAttnExpMin));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kAttnLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kAttnLn2Hi), x);
+  r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kAttnLn2Lo), r);
+  __m256 p = _mm256_set1_ps(kAttnExpP[0]);
+  for (int i = 1; i < 6; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kAttnExpP[i]));
+  const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
+}
+
+// Scores of up to 8 heads (one tile) against a q8_0 / q4_0 key row, lanes = heads: per block the
+// 8 integer dots (q8_0: sign trick, |k| · sign(q, k) = k · q, since maddubs needs an unsigned
+// operand; q4_0: the nibbles 0..15 are unsigned already, the +8 comes out through bias8), then
+// one fma per block with d_q · d_k.
+template <bool kQ4>
+__m256 scores_tile(const uint8_t* row, const AttnQTile* tile, int64_t nb) {
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[NH];
-#pragma GCC unroll 8
-  for (int i = 0; i < NH; ++i) acc[i] = _mm256_setzero_ps();
+  __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const __m256i kq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k[b].qs));
-    const __m256i ka = _mm256_sign_epi8(kq, kq);
-    const float dk = f16_to_f32(k[b].d);
-#pragma GCC unroll 8
-    for (int i = 0; i < NH; ++i) {
-      const AttnQBlock& qb = q[i * nb + b];
-      const __m256i qs = _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qb.qs)), kq);
-      const __m256i p32 = _mm256_madd_epi16(_mm256_maddubs_epi16(ka, qs), ones);
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), _mm256_set1_ps(qb.d * dk), acc[i]);
+    const AttnQTile& t = tile[b];
+    __m256i p[8];
+    float dk;
+    if constexpr (kQ4) {
+      const BlockQ4_0& k = reinterpret_cast<const BlockQ4_0*>(row)[b];
+      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(k.qs)), low4 = _mm_set1_epi8(0x0f);
+      const __m256i ku = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low4), _mm_and_si128(raw, low4));
+      for (int h = 0; h < 8; ++h)
+        p[h] = _mm256_madd_epi16(_mm256_maddubs_epi16(ku, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.qs[h]))), ones);
+      dk = f16_to_f32(k.d);
+    } else {
+      const BlockQ8_0& k = reinterpret_cast<const BlockQ8_0*>(row)[b];
+      const __m256i kq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k.qs));
+      const __m256i ka = _mm256_sign_epi8(kq, kq);
+      for (int h = 0; h < 8; ++h) {
+        const __m256i qs = _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.qs[h])), kq);
+        p[h] = _mm256_madd_epi16(_mm256_maddubs_epi16(ka, qs), ones);
+      }
+      dk = f16_to_f32(k.d);
     }
+    __m256i dot = sum_per_head(p);
+    if constexpr (kQ4) dot = _mm256_add_epi32(dot, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.bias8)));
+    const __m256 scale = _mm256_mul_ps(_mm256_loadu_ps(t.d), _mm256_set1_ps(dk));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc);
   }
-#pragma GCC unroll 8
-  for (int i = 0; i < NH; ++i) s[i] = reduce8(acc[i]);
+  return acc;
 }
 
-// q4_0 keys: nibbles unpacked once per block to 0..15 (unsigned, so maddubs needs no sign
-// trick); the stored +8 offset is removed per lane with the query's precomputed lane_sum8.
-template <int NH>
-void scores_q4_tile(const BlockQ4_0* k, const AttnQBlock* q, int64_t nb, float* s) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m128i low4 = _mm_set1_epi8(0x0f);
-  __m256 acc[NH];
-#pragma GCC unroll 8
-  for (int i = 0; i < NH; ++i) acc[i] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(k[b].qs));
-    const __m256i ku = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low4), _mm_and_si128(raw, low4));
-    const float dk = f16_to_f32(k[b].d);
-#pragma GCC unroll 8
-    for (int i = 0; i < NH; ++i) {
-      const AttnQBlock& qb = q[i * nb + b];
-      const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qb.qs));
-      __m256i p32 = _mm256_madd_epi16(_mm256_maddubs_epi16(ku, qs), ones);
-      p32 = _mm256_sub_epi32(p32, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qb.lane_sum8)));
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), _mm256_set1_ps(qb.d * dk), acc[i]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < NH; ++i) s[i] = reduce8(acc[i]);
-}
-
-// Heads in tiles of up to 8 (8 accumulators + key + temporaries fit the 16 ymm registers).
-template <template <int> class F, typename Block>
-void scores_tiles(const uint8_t* row, const AttnQBlock* q, int64_t group, int64_t nb, float* s) {
-  const auto* k = reinterpret_cast<const Block*>(row);
-  for (int64_t h = 0; h < group; h += 8) {
-    const AttnQBlock* qh = q + h * nb;
-    switch (std::min<int64_t>(8, group - h)) {
-      case 1: F<1>::run(k, qh, nb, s + h); break;
-      case 2: F<2>::run(k, qh, nb, s + h); break;
-      case 3: F<3>::run(k, qh, nb, s + h); break;
-      case 4: F<4>::run(k, qh, nb, s + h); break;
-      case 5: F<5>::run(k, qh, nb, s + h); break;
-      case 6: F<6>::run(k, qh, nb, s + h); break;
-      case 7: F<7>::run(k, qh, nb, s + h); break;
-      default: F<8>::run(k, qh, nb, s + h); break;
+template <bool kQ4>
+void scores_rows(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const AttnGroupQuery& q, float scale,
+                 float* s) {
+  alignas(32) float out[8];
+  const __m256 sc = _mm256_set1_ps(scale);
+  for (int64_t j = 0; j < n; ++j) {
+    const uint8_t* row = kv.k_row(g, k0 + j);
+    for (int64_t h0 = 0; h0 < q.group; h0 += 8) {
+      _mm256_store_ps(out, _mm256_mul_ps(scores_tile<kQ4>(row, q.tiles + (h0 / 8) * q.nb, q.nb), sc));
+      for (int64_t h = 0; h < 8 && h0 + h < q.group; ++h) s[(h0 + h) * n + j] = out[h];
     }
   }
 }
-template <int NH> struct Q8Tile { static void run(const BlockQ8_0* k, const AttnQBlock* q, int64_t nb, float* s) { scores_q8_tile<NH>(k, q, nb, s); } };
-template <int NH> struct Q4Tile { static void run(const BlockQ4_0* k, const AttnQBlock* q, int64_t nb, float* s) { scores_q4_tile<NH>(k, q, nb, s); } };
 
-void scores_q8_avx2(const uint8_t* row, const AttnQBlock* q, int64_t group, int64_t nb, float* s) {
-  scores_tiles<Q8Tile, BlockQ8_0>(row, q, group, nb, s);
+void scores_avx2(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const AttnGroupQuery& q, float scale,
+                 float* s) {
+  if (kv.k_type == DType::kQ4_0) scores_rows<true>(kv, g, k0, n, q, scale, s);
+  else scores_rows<false>(kv, g, k0, n, q, scale, s);
 }
-void scores_q4_avx2(const uint8_t* row, const AttnQBlock* q, int64_t group, int64_t nb, float* s) {
-  scores_tiles<Q4Tile, BlockQ4_0>(row, q, group, nb, s);
+
+float exp_sum_avx2(float* x, int64_t n, float m) {
+  const __m256 vm = _mm256_set1_ps(m);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 e = attn_exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), vm));
+    _mm256_storeu_ps(x + j, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  float sum = reduce8(acc);
+  for (; j < n; ++j) {
+    x[j] = attn_exp(x[j] - m);
+    sum += x[j];
+  }
+  return sum;
 }
 
 void load_row_avx2(DType type, const uint8_t* row, float* dst, int64_t n) {
@@ -193,7 +205,7 @@ void accumulate_v_avx2(const float* v, int64_t n, const float* p, int64_t p_stri
   }
 }
 
-const AttnQuantOps kAvx2Ops = {scores_q8_avx2, scores_q4_avx2, load_row_avx2, dot_avx2, accumulate_v_avx2, nullptr};
+const AttnQuantOps kAvx2Ops = {scores_avx2, exp_sum_avx2, load_row_avx2, dot_avx2, accumulate_v_avx2, nullptr};
 
 }  // namespace
 

@@ -1,20 +1,24 @@
 // AVX-512 VNNI primitives of the quantized-KV attention kernel (attention_quant.h), chosen where
 // weft::use_avx512_vnni(). Bit-identical to the AVX2 set and the scalar twins:
-//  * K scores: vpdpbusd of |k| (or the q4_0 nibbles) with the signed query codes gives each int32
-//    lane exactly what vpmaddubsw + vpmaddwd(ones) give (no int16 saturation is possible: |k| <=
-//    128, |q| <= 127, so a pair is <= 32512), in one instruction instead of two; the float steps
-//    are the AVX2 ones, lane for lane.
+//  * K scores, lanes = heads: each key block made unsigned (q8_0: +128 by an xor; q4_0: the
+//    nibbles) and broadcast 4 codes at a time into one vpdpbusd against those 4 codes of all 8
+//    heads (the query tile's qt layout), starting from the tile's bias (-128·Σq or -8·Σq), so
+//    each lane ends with that head's exact signed dot; then the AVX2 set's cvt and fma per block.
+//    8 vpdpbusd per block and row for 8 heads, where the earlier form (kept bit-compatible with a
+//    per-head float accumulator) needed a sign, a vpdpbusd, a cvt and an fma per head.
 //  * p·v: one 512-bit register holds 16 dims of one head, and all heads of a GQA group (up to 8)
 //    stay in registers over the tile's rows, so each V row is loaded once per 16 dims instead of
 //    once per 4 heads. Every acc[i][d] still takes fma(p[i][j], v[j][d], acc[i][d]) in j order:
 //    the vector width does not touch an element's order.
 //  * q8_0 V rows are decoded in registers inside the p·v loop (accumulate_v_rows: the same
 //    f32(q) * d per value), not written to a tile and read back; other V types take the tile.
-//  * Rows are otherwise decoded, and f16 keys dotted, by the AVX2 primitives (the same functions).
+//  * Rows are otherwise decoded, f16 keys dotted and the softmax exp taken by the AVX2 primitives
+//    (the same functions).
 // Measured with tools/attention_quant_bench (docs/results.md section 13).
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/dtype.h"
 #include "kernels/cpu/attention_quant.h"
@@ -24,83 +28,66 @@ namespace weft {
 
 namespace {
 
-inline float reduce8(__m256 acc) {  // (0+4)+(2+6) + (1+5)+(3+7), as the AVX2 set
-  __m128 lo = _mm256_castps256_ps128(acc), hi = _mm256_extractf128_ps(acc, 1);
-  __m128 s4 = _mm_add_ps(lo, hi);
-  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-  return _mm_cvtss_f32(s1);
-}
-
 inline __m256i load32(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
-template <int NH>
-void scores_q8_tile(const BlockQ8_0* k, const AttnQBlock* q, int64_t nb, float* s) {
-  __m256 acc[NH];
-#pragma GCC unroll 8
-  for (int i = 0; i < NH; ++i) acc[i] = _mm256_setzero_ps();
+// Scores of up to 8 heads (one tile) against one key row, lanes = heads. Per block the key's 32
+// codes, made unsigned (q8_0: + 128 as an xor; q4_0: the nibbles), are stored once; each 4-code
+// group is broadcast and meets the same 4 codes of all 8 heads in one vpdpbusd, starting from the
+// tile's bias (-128·Σq or -8·Σq), so the lanes end with the exact signed dot of each head. Two
+// chains of four (integer: exact whichever way they are summed), then the scalar twin's one fma
+// per block.
+template <bool kQ4>
+inline __m256 scores_tile(const uint8_t* row, const AttnQTile* tile, int64_t nb) {
+  alignas(32) uint8_t ku[32];
+  __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const __m256i kq = load32(k[b].qs);
-    const __m256i ka = _mm256_sign_epi8(kq, kq);
-    const float dk = _cvtsh_ss(k[b].d);
-#pragma GCC unroll 8
-    for (int i = 0; i < NH; ++i) {
-      const AttnQBlock& qb = q[i * nb + b];
-      const __m256i p32 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ka, _mm256_sign_epi8(load32(qb.qs), kq));
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), _mm256_set1_ps(qb.d * dk), acc[i]);
+    const AttnQTile& t = tile[b];
+    float dk;
+    __m256i d0;
+    if constexpr (kQ4) {
+      const BlockQ4_0& k = reinterpret_cast<const BlockQ4_0*>(row)[b];
+      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(k.qs)), low4 = _mm_set1_epi8(0x0f);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(ku),
+                         _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low4), _mm_and_si128(raw, low4)));
+      d0 = load32(t.bias8);
+      dk = _cvtsh_ss(k.d);
+    } else {
+      const BlockQ8_0& k = reinterpret_cast<const BlockQ8_0*>(row)[b];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(ku), _mm256_xor_si256(load32(k.qs), _mm256_set1_epi8(char(0x80))));
+      d0 = load32(t.bias128);
+      dk = _cvtsh_ss(k.d);
     }
+    __m256i d1 = _mm256_setzero_si256();
+    int32_t groups[8];
+    std::memcpy(groups, ku, 32);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      d0 = _mm256_dpbusd_epi32(d0, _mm256_set1_epi32(groups[c]), load32(t.qt[c]));
+      d1 = _mm256_dpbusd_epi32(d1, _mm256_set1_epi32(groups[c + 4]), load32(t.qt[c + 4]));
+    }
+    const __m256 scale = _mm256_mul_ps(_mm256_loadu_ps(t.d), _mm256_set1_ps(dk));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(d0, d1)), scale, acc);
   }
-#pragma GCC unroll 8
-  for (int i = 0; i < NH; ++i) s[i] = reduce8(acc[i]);
+  return acc;
 }
 
-template <int NH>
-void scores_q4_tile(const BlockQ4_0* k, const AttnQBlock* q, int64_t nb, float* s) {
-  const __m128i low4 = _mm_set1_epi8(0x0f);
-  __m256 acc[NH];
-#pragma GCC unroll 8
-  for (int i = 0; i < NH; ++i) acc[i] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(k[b].qs));
-    const __m256i ku = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low4), _mm_and_si128(raw, low4));
-    const float dk = _cvtsh_ss(k[b].d);
-#pragma GCC unroll 8
-    for (int i = 0; i < NH; ++i) {
-      const AttnQBlock& qb = q[i * nb + b];
-      __m256i p32 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ku, load32(qb.qs));
-      p32 = _mm256_sub_epi32(p32, load32(qb.lane_sum8));
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), _mm256_set1_ps(qb.d * dk), acc[i]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < NH; ++i) s[i] = reduce8(acc[i]);
-}
-
-template <template <int> class F, typename Block>
-void scores_tiles(const uint8_t* row, const AttnQBlock* q, int64_t group, int64_t nb, float* s) {
-  const auto* k = reinterpret_cast<const Block*>(row);
-  for (int64_t h = 0; h < group; h += 8) {
-    const AttnQBlock* qh = q + h * nb;
-    switch (std::min<int64_t>(8, group - h)) {
-      case 1: F<1>::run(k, qh, nb, s + h); break;
-      case 2: F<2>::run(k, qh, nb, s + h); break;
-      case 3: F<3>::run(k, qh, nb, s + h); break;
-      case 4: F<4>::run(k, qh, nb, s + h); break;
-      case 5: F<5>::run(k, qh, nb, s + h); break;
-      case 6: F<6>::run(k, qh, nb, s + h); break;
-      case 7: F<7>::run(k, qh, nb, s + h); break;
-      default: F<8>::run(k, qh, nb, s + h); break;
+template <bool kQ4>
+void scores_rows(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const AttnGroupQuery& q, float scale,
+                 float* s) {
+  alignas(32) float out[8];
+  const __m256 sc = _mm256_set1_ps(scale);
+  for (int64_t j = 0; j < n; ++j) {
+    const uint8_t* row = kv.k_row(g, k0 + j);
+    for (int64_t h0 = 0; h0 < q.group; h0 += 8) {
+      _mm256_store_ps(out, _mm256_mul_ps(scores_tile<kQ4>(row, q.tiles + (h0 / 8) * q.nb, q.nb), sc));
+      for (int64_t h = 0; h < 8 && h0 + h < q.group; ++h) s[(h0 + h) * n + j] = out[h];
     }
   }
 }
-template <int NH> struct Q8Tile { static void run(const BlockQ8_0* k, const AttnQBlock* q, int64_t nb, float* s) { scores_q8_tile<NH>(k, q, nb, s); } };
-template <int NH> struct Q4Tile { static void run(const BlockQ4_0* k, const AttnQBlock* q, int64_t nb, float* s) { scores_q4_tile<NH>(k, q, nb, s); } };
 
-void scores_q8(const uint8_t* row, const AttnQBlock* q, int64_t group, int64_t nb, float* s) {
-  scores_tiles<Q8Tile, BlockQ8_0>(row, q, group, nb, s);
-}
-void scores_q4(const uint8_t* row, const AttnQBlock* q, int64_t group, int64_t nb, float* s) {
-  scores_tiles<Q4Tile, BlockQ4_0>(row, q, group, nb, s);
+void scores(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const AttnGroupQuery& q, float scale, float* s) {
+  if (kv.k_type == DType::kQ4_0) scores_rows<true>(kv, g, k0, n, q, scale, s);
+  else scores_rows<false>(kv, g, k0, n, q, scale, s);
 }
 
 // NH heads x 16 dims in 512-bit registers across the tile's rows.
@@ -204,8 +191,8 @@ bool accumulate_v_rows(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, 
 }  // namespace
 
 const AttnQuantOps& attn_quant_ops_avx512() {
-  static const AttnQuantOps ops = {scores_q8, scores_q4, attn_quant_ops_avx2().load_row, attn_quant_ops_avx2().dot,
-                                   accumulate_v, accumulate_v_rows};
+  static const AttnQuantOps ops = {scores, attn_quant_ops_avx2().exp_sum, attn_quant_ops_avx2().load_row,
+                                   attn_quant_ops_avx2().dot, accumulate_v, accumulate_v_rows};
   return ops;
 }
 
