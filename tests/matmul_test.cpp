@@ -79,9 +79,10 @@ const DType kWeightTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
 // 555 = 512 + 5 * 8 + 3: a second K block of full chunks and a tail chunk; 2053: only a tail.
 const int64_t kKs[] = {1, 7, 31, 33, 257, 555, 2048 + 5};
 const int64_t kNs[] = {1, 3, 17, 100};  // 3, 17: odd rows (AVX-512 pairs rows); 100: partial tasks
-// 2..8: few-token tiles of 4, 2, 1; 8 | 9: the streaming / prefill-tile boundary; 9, 17, 50,
-// 64, 97: AVX-512 blocks of 48 tokens in tiles of 6 with remainder tiles of 3, 5, 2, 4 and 1.
-const int64_t kTs[] = {1, 2, 3, 5, 7, 8, 9, 17, 50, 64, 97};
+// 2..8: few-token tiles of 4, 2, 1; 8 | 9 and 3 | 4: the streaming / prefill-tile boundaries of
+// AVX2 and AVX-512 (kMatmulStreamingTokens*); 9, 17, 50, 64, 97: AVX-512 blocks of 48 tokens in
+// tiles of 6 with remainder tiles of 3, 5, 2, 4 and 1.
+const int64_t kTs[] = {1, 2, 3, 4, 5, 7, 8, 9, 17, 50, 64, 97};
 
 // Every shape, every weight dtype: accuracy, T=1 vs batched, thread counts, scalar vs AVX2 vs
 // AVX-512 (each fast path only where the CPU has it).

@@ -274,6 +274,7 @@ void CpuBackend::grouped_matmul(const MoeRouting& r, const GroupedMatmul* jobs, 
     int32_t expert;
     int64_t n0, n1;
   };
+  const int64_t streaming_tokens = matmul_streaming_tokens();  // the matmul's decode/prefill boundary
   thread_local std::vector<Task> tasks;
   tasks.clear();
   for (int64_t j = 0; j < n_jobs; ++j) {
@@ -284,7 +285,7 @@ void CpuBackend::grouped_matmul(const MoeRouting& r, const GroupedMatmul* jobs, 
       int64_t block = std::max<int64_t>(kMatmulRowsPerTask, ((65536 / std::max<int64_t>(1, row_bytes)) + 7) & ~7);
       // An expert with prefill-many rows takes the matmul's own prefill row block (64 rows on
       // AVX-512): each of its activation rows is then read from L3 once per 64 weight rows, not 16.
-      if (!dtype_is_block_quant(w.dtype) && r.expert_begin[e + 1] - r.expert_begin[e] > kMatmulStreamingTokens)
+      if (!dtype_is_block_quant(w.dtype) && r.expert_begin[e + 1] - r.expert_begin[e] > streaming_tokens)
         block = std::max(block, matmul_prefill_rows_per_task(w.cols));
       static_assert(kMatmulRowsPerTask % kX8GroupRows == 0, "blocks must not split a q4_K group");
       for (int64_t n0 = 0; n0 < w.rows; n0 += block) tasks.push_back({j, int32_t(e), n0, std::min(w.rows, n0 + block)});
@@ -292,7 +293,7 @@ void CpuBackend::grouped_matmul(const MoeRouting& r, const GroupedMatmul* jobs, 
   }
   // Prefill: largest tasks first (experts get very different row counts), so the pool's dynamic
   // schedule ends with small tasks instead of one thread finishing a big expert alone.
-  if (total_rows > kMatmulStreamingTokens) {
+  if (total_rows > streaming_tokens) {
     auto cost = [&](const Task& t) {
       return (r.expert_begin[t.expert + 1] - r.expert_begin[t.expert]) * (t.n1 - t.n0) * jobs[t.job].w[t.expert].cols;
     };

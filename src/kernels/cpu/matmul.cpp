@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 
 #include "core/check.h"
@@ -78,8 +79,8 @@ void matmul_scalar(DType wtype, const void* w, int64_t N, int64_t K, const float
 }
 
 void matmul_row_tasks(MatmulDecodeRows decode_rows, MatmulPrefillRows prefill_rows, int64_t prefill_rows_per_task,
-                      DType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx, int64_t T,
-                      float* out, int64_t ldo, ThreadPool* pool) {
+                      int64_t streaming_tokens, DType wtype, const void* w, int64_t N, int64_t K, const float* x,
+                      int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool) {
   WEFT_CHECK(matmul_supports(wtype), "matmul: this weight dtype has no kernel");
   if (N <= 0 || T <= 0 || K <= 0) return;
   const size_t row_bytes = dtype_bytes(wtype, size_t(K));
@@ -88,7 +89,7 @@ void matmul_row_tasks(MatmulDecodeRows decode_rows, MatmulPrefillRows prefill_ro
   // the decode kernels once per token: the task's >= kMatmulDecodeTaskBytes of weights come from
   // memory for the first token and from L2 for the others, while the prefill kernels would widen
   // them to f32 first. Each output is the same dot product either way.
-  const bool streaming = T <= kMatmulStreamingTokens;
+  const bool streaming = T <= streaming_tokens;
   const int64_t threads = pool != nullptr ? pool->size() : 1;
   int64_t rows_per_task = kMatmulRowsPerTask;
   if (streaming) {
@@ -128,6 +129,34 @@ void matmul_row_tasks(MatmulDecodeRows decode_rows, MatmulPrefillRows prefill_ro
   } else {
     for (int64_t i = 0; i < n_tasks; ++i) task(i);
   }
+}
+
+namespace {
+// WEFT_MATMUL_STREAMING_TOKENS, read once: -1 when unset or not a number in 0..64.
+int64_t streaming_tokens_override() {
+  static const int64_t value = [] {
+    const char* s = std::getenv("WEFT_MATMUL_STREAMING_TOKENS");
+    if (s == nullptr || *s == '\0') return int64_t(-1);
+    char* end = nullptr;
+    const long v = std::strtol(s, &end, 10);
+    return (*end == '\0' && v >= 0 && v <= 64) ? int64_t(v) : int64_t(-1);
+  }();
+  return value;
+}
+}  // namespace
+
+int64_t matmul_streaming_tokens_avx2() {
+  const int64_t o = streaming_tokens_override();
+  return o >= 0 ? o : kMatmulStreamingTokensAvx2;
+}
+
+int64_t matmul_streaming_tokens_avx512() {
+  const int64_t o = streaming_tokens_override();
+  return o >= 0 ? o : kMatmulStreamingTokensAvx512;
+}
+
+int64_t matmul_streaming_tokens() {
+  return use_avx512() ? matmul_streaming_tokens_avx512() : matmul_streaming_tokens_avx2();
 }
 
 int64_t matmul_prefill_rows_per_task(int64_t K) {

@@ -51,7 +51,7 @@ void matmul_avx512(DType wtype, const void* w, int64_t N, int64_t K, const float
 int64_t matmul_avx512_prefill_rows(int64_t K);
 
 // The row-task driver both SIMD paths share (matmul.cpp): it splits N into tasks, sends up to
-// kMatmulStreamingTokens tokens through `decode_rows` once per token (the weights stream from
+// `streaming_tokens` tokens through `decode_rows` once per token (the weights stream from
 // memory for the first and from L2 for the rest) and more through `prefill_rows`, on the pool.
 // Prefill tasks cover `prefill_rows_per_task` rows and, when that leaves too few tasks for the
 // pool, a range of tokens each (tasks = row blocks x token ranges).
@@ -62,10 +62,23 @@ using MatmulDecodeRows = void (*)(DType wtype, const uint8_t* w, size_t row_byte
 using MatmulPrefillRows = void (*)(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1,
                                    int64_t K, const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo);
 void matmul_row_tasks(MatmulDecodeRows decode_rows, MatmulPrefillRows prefill_rows, int64_t prefill_rows_per_task,
-                      DType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx, int64_t T,
-                      float* out, int64_t ldo, ThreadPool* pool);
-// Up to this many tokens a matmul takes the decode kernels, once per token.
-constexpr int64_t kMatmulStreamingTokens = 8;
+                      int64_t streaming_tokens, DType wtype, const void* w, int64_t N, int64_t K, const float* x,
+                      int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool);
+// Up to this many tokens a matmul takes the decode kernels, once per token; more take the prefill
+// kernels, which widen each weight once for all tokens. Per path, because widening costs differ:
+// AVX2 widens bf16 with one shuffle per 8 weights and its decode kernel wins up to 8 tokens; the
+// AVX-512 decode kernel spends two port-5 shuffles per 16-lane FMA (matmul_avx512.cpp), so from
+// 4 tokens on widening once wins. Measured with `quant_bench --n 512 --k 2048 --t T --threads 1`
+// (bf16 from DRAM), ms per call, decode / prefill kernel: Xeon (AVX-512) 0.259 / 0.389 at T = 2,
+// 0.402 / 0.362 at 4, 0.789 / 0.519 at 8; Zen 3 (AVX2) 0.22 / 0.58 at 2, 0.55 / 0.81 at 8
+// (docs/results.md §8). WEFT_MATMUL_STREAMING_TOKENS=N (0..64) overrides both (benchmarks).
+// Speed only: each output is the same dot product through either kernel.
+constexpr int64_t kMatmulStreamingTokensAvx2 = 8;
+constexpr int64_t kMatmulStreamingTokensAvx512 = 3;
+int64_t matmul_streaming_tokens_avx2();
+int64_t matmul_streaming_tokens_avx512();
+// The threshold of the path matmul() takes (callers that make their own tasks: grouped experts).
+int64_t matmul_streaming_tokens();
 // Decode tasks cover at least this many weight bytes (MoE expert projections are only 2 MiB), so
 // per-task costs (dispatch, the first group's misses) stay small next to the streaming.
 constexpr int64_t kMatmulDecodeTaskBytes = int64_t(64) << 10;

@@ -7,10 +7,11 @@
 // each half is reduced by the same fixed tree as reduce8. A K chunk is never split across lanes:
 // that would change the order, so the 512-bit width is spent on pairs of outputs instead.
 //
-//   decode (T <= 8 tokens, one token at a time): 8 rows = 4 zmm accumulators per pass; the two
-//     rows' 8 weights are widened side by side: f16 by two 256-bit converts (one 512-bit
-//     convert measured 0.87-0.96x of AVX2 decode on Zen4, the pair ~1.0x), bf16 by one
-//     zero-masked word permute (zero-extend + shift: 0.91-0.98x of AVX2; the permute 1.06x);
+//   decode (T <= 3 tokens, one token at a time; kMatmulStreamingTokensAvx512 says why): 8 rows
+//     = 4 zmm accumulators per pass; the two rows' 8 weights are widened side by side: f16 by
+//     two 256-bit converts (one 512-bit convert measured 0.87-0.96x of AVX2 decode on Zen4, the
+//     pair ~1.0x), bf16 by one zero-masked word permute (zero-extend + shift: 0.91-0.98x of
+//     AVX2; the permute 1.06x);
 //   prefill: each task's rows are widened once into per-thread scratch laid out by row pair
 //     ([row n chunk c | row n+1 chunk c], 16 floats), so the tile loads one zmm per pair and
 //     one 256-bit broadcast per token. The tile is 4 pairs (8 rows) x 6 tokens: 24 accumulators
@@ -366,8 +367,8 @@ int64_t matmul_avx512_prefill_rows(int64_t K) {
 
 void matmul_avx512(DType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
                    int64_t T, float* out, int64_t ldo, ThreadPool* pool) {
-  matmul_row_tasks(decode_rows, prefill_block, matmul_avx512_prefill_rows(K), wtype, w, N, K, x, ldx, T, out, ldo,
-                   pool);
+  matmul_row_tasks(decode_rows, prefill_block, matmul_avx512_prefill_rows(K), matmul_streaming_tokens_avx512(), wtype,
+                   w, N, K, x, ldx, T, out, ldo, pool);
 }
 
 }  // namespace weft
