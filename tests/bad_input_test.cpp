@@ -694,5 +694,20 @@ TEST(SimdLevelEnv, UnknownValueIsSaidAndKnownValuesCap) {
   EXPECT_EQ(out.find("is not one of"), std::string::npos) << out;
 }
 
+// Likewise a misspelt WEFT_MATMUL_STREAMING_TOKENS (an A/B of the matmul's decode/prefill
+// boundary would compare a setting with itself): it is named on stderr and the run goes on with
+// the path's own boundary; a valid value says nothing.
+TEST(MatmulBoundaryEnv, UnknownValueIsSaid) {
+  std::string out;
+  const std::string run = " " + test::weft_binary() + " generate --prompt Once -n 2";
+  ASSERT_EQ(test::run_command("WEFT_MATMUL_STREAMING_TOKENS=lots" + run, &out), 0) << out;
+  EXPECT_NE(out.find("WEFT_MATMUL_STREAMING_TOKENS=lots is not a number of tokens in 0..64"), std::string::npos)
+      << out;
+  ASSERT_EQ(test::run_command("WEFT_MATMUL_STREAMING_TOKENS=65" + run, &out), 0) << out;
+  EXPECT_NE(out.find("WEFT_MATMUL_STREAMING_TOKENS=65 is not"), std::string::npos) << out;
+  ASSERT_EQ(test::run_command("WEFT_MATMUL_STREAMING_TOKENS=1" + run, &out), 0) << out;
+  EXPECT_EQ(out.find("WEFT_MATMUL_STREAMING_TOKENS"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace weft

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <vector>
 
@@ -132,31 +133,30 @@ void matmul_row_tasks(MatmulDecodeRows decode_rows, MatmulPrefillRows prefill_ro
 }
 
 namespace {
-// WEFT_MATMUL_STREAMING_TOKENS, read once: -1 when unset or not a number in 0..64.
+// WEFT_MATMUL_STREAMING_TOKENS, read once: -1 when unset. A value that is not a number in 0..64
+// is said on stderr (an A/B of the boundary would otherwise compare a setting with itself) and
+// ignored.
 int64_t streaming_tokens_override() {
   static const int64_t value = [] {
     const char* s = std::getenv("WEFT_MATMUL_STREAMING_TOKENS");
     if (s == nullptr || *s == '\0') return int64_t(-1);
     char* end = nullptr;
     const long v = std::strtol(s, &end, 10);
-    return (*end == '\0' && v >= 0 && v <= 64) ? int64_t(v) : int64_t(-1);
+    if (*end == '\0' && v >= 0 && v <= 64) return int64_t(v);
+    std::fprintf(stderr, "weft: WEFT_MATMUL_STREAMING_TOKENS=%s is not a number of tokens in 0..64; ignored\n", s);
+    return int64_t(-1);
   }();
   return value;
 }
 }  // namespace
 
-int64_t matmul_streaming_tokens_avx2() {
+int64_t matmul_streaming_tokens_or(int64_t path_default) {
   const int64_t o = streaming_tokens_override();
-  return o >= 0 ? o : kMatmulStreamingTokensAvx2;
-}
-
-int64_t matmul_streaming_tokens_avx512() {
-  const int64_t o = streaming_tokens_override();
-  return o >= 0 ? o : kMatmulStreamingTokensAvx512;
+  return o >= 0 ? o : path_default;
 }
 
 int64_t matmul_streaming_tokens() {
-  return use_avx512() ? matmul_streaming_tokens_avx512() : matmul_streaming_tokens_avx2();
+  return matmul_streaming_tokens_or(use_avx512() ? kMatmulStreamingTokensAvx512 : kMatmulStreamingTokensAvx2);
 }
 
 int64_t matmul_prefill_rows_per_task(int64_t K) {

@@ -75,8 +75,8 @@ void matmul_row_tasks(MatmulDecodeRows decode_rows, MatmulPrefillRows prefill_ro
 // Speed only: each output is the same dot product through either kernel.
 constexpr int64_t kMatmulStreamingTokensAvx2 = 8;
 constexpr int64_t kMatmulStreamingTokensAvx512 = 3;
-int64_t matmul_streaming_tokens_avx2();
-int64_t matmul_streaming_tokens_avx512();
+// A path's threshold: WEFT_MATMUL_STREAMING_TOKENS when set, else path_default.
+int64_t matmul_streaming_tokens_or(int64_t path_default);
 // The threshold of the path matmul() takes (callers that make their own tasks: grouped experts).
 int64_t matmul_streaming_tokens();
 // Decode tasks cover at least this many weight bytes (MoE expert projections are only 2 MiB), so

@@ -291,8 +291,8 @@ void decode_rows(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, in
 
 void matmul_avx2(DType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
                  int64_t T, float* out, int64_t ldo, ThreadPool* pool) {
-  matmul_row_tasks(decode_rows, prefill_block, kMatmulRowsPerTask, matmul_streaming_tokens_avx2(), wtype, w, N, K, x,
-                   ldx, T, out, ldo, pool);
+  matmul_row_tasks(decode_rows, prefill_block, kMatmulRowsPerTask,
+                   matmul_streaming_tokens_or(kMatmulStreamingTokensAvx2), wtype, w, N, K, x, ldx, T, out, ldo, pool);
 }
 
 }  // namespace weft

@@ -367,8 +367,8 @@ int64_t matmul_avx512_prefill_rows(int64_t K) {
 
 void matmul_avx512(DType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
                    int64_t T, float* out, int64_t ldo, ThreadPool* pool) {
-  matmul_row_tasks(decode_rows, prefill_block, matmul_avx512_prefill_rows(K), matmul_streaming_tokens_avx512(), wtype,
-                   w, N, K, x, ldx, T, out, ldo, pool);
+  matmul_row_tasks(decode_rows, prefill_block, matmul_avx512_prefill_rows(K),
+                   matmul_streaming_tokens_or(kMatmulStreamingTokensAvx512), wtype, w, N, K, x, ldx, T, out, ldo, pool);
 }
 
 }  // namespace weft
