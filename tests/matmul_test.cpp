@@ -197,6 +197,57 @@ TEST(Matmul, PrefillTaskGrainsKeepBits) {
   }
 }
 
+// The streaming kernels at every token count: each path with its decode/prefill boundary at 64,
+// so T = 1..20 and 33 (AVX-512: few-token passes of 2..8 tokens, then groups of 8 with a
+// remainder pass) all stream, and at 0, so the same T all take the prefill kernels. Odd N and K
+// cover the odd last row, the one-pair leftovers after groups of 8 or 6 rows and the tail chunk.
+// Every pool size, against the scalar twin bit for bit, on fresh random data.
+TEST(Matmul, StreamingKernelsKeepBitsAtEveryTokenCount) {
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  ThreadPool pool2(2), pool3(3);
+  ThreadPool* pools[] = {nullptr, &pool2, &pool3};
+  const bool avx2 = cpu_features().has_avx2_fma_f16c();
+  const bool avx512 = cpu_features().has_avx512_core();
+  if (!avx2 && !avx512) GTEST_SKIP() << "no SIMD path on this CPU";
+  struct Shape {
+    int64_t N, K;
+  };
+  const Shape shapes[] = {{1, 9}, {7, 33}, {13, 555}, {37, 2053}, {70, 256}};
+  std::vector<int64_t> ts;
+  for (int64_t t = 1; t <= 20; ++t) ts.push_back(t);
+  ts.push_back(33);
+  for (DType wtype : kWeightTypes) {
+    for (const Shape& s : shapes) {
+      for (int64_t T : ts) {
+        SCOPED_TRACE(std::string(dtype_name(wtype)) + " N=" + std::to_string(s.N) + " K=" + std::to_string(s.K) +
+                     " T=" + std::to_string(T));
+        Problem p = make_problem(wtype, s.N, s.K, T, &rng);
+        const std::vector<float> want = run(matmul_scalar, p, nullptr);
+        for (ThreadPool* pool : pools) {
+          for (int64_t boundary : {int64_t(64), int64_t(0)}) {
+            SCOPED_TRACE("pool of " + std::to_string(pool ? pool->size() : 1) + ", boundary " +
+                         std::to_string(boundary));
+            std::vector<float> got(want.size(), -12345.0f);
+            if (avx2) {
+              matmul_avx2_boundary(boundary, wtype, p.w->data(), p.N, p.K, x_of(p), p.ldx, p.T, got.data(), p.ldo,
+                                   pool);
+              ASSERT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4)) << "avx2";
+            }
+            if (avx512) {
+              std::fill(got.begin(), got.end(), -12345.0f);
+              matmul_avx512_boundary(boundary, wtype, p.w->data(), p.N, p.K, x_of(p), p.ldx, p.T, got.data(), p.ldo,
+                                     pool);
+              ASSERT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4)) << "avx512";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // All-(-0) rows and infinities give the same bits on every path, tail or no tail, decode or
 // prefill tile (T = 1 and T = 13), and a row of -0 next to an inf row (AVX-512 pairs them).
 TEST(Matmul, SignedZeroAndSpecials) {

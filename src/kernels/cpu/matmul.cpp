@@ -79,7 +79,7 @@ void matmul_scalar(DType wtype, const void* w, int64_t N, int64_t K, const float
   });
 }
 
-void matmul_row_tasks(MatmulDecodeRows decode_rows, MatmulPrefillRows prefill_rows, int64_t prefill_rows_per_task,
+void matmul_row_tasks(MatmulRows streaming_rows, MatmulRows prefill_rows, int64_t prefill_rows_per_task,
                       int64_t streaming_tokens, DType wtype, const void* w, int64_t N, int64_t K, const float* x,
                       int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool) {
   WEFT_CHECK(matmul_supports(wtype), "matmul: this weight dtype has no kernel");
@@ -87,9 +87,9 @@ void matmul_row_tasks(MatmulDecodeRows decode_rows, MatmulPrefillRows prefill_ro
   const size_t row_bytes = dtype_bytes(wtype, size_t(K));
   const auto* wbytes = static_cast<const uint8_t*>(w);
   // A few tokens (batched decode of several sequences, MoE experts with a handful of rows) take
-  // the decode kernels once per token: the task's >= kMatmulDecodeTaskBytes of weights come from
-  // memory for the first token and from L2 for the others, while the prefill kernels would widen
-  // them to f32 first. Each output is the same dot product either way.
+  // the streaming kernels: a task's >= kMatmulDecodeTaskBytes of weights stream from memory once
+  // (per token on AVX2, the later tokens from L2), while the prefill kernels would widen them to
+  // f32 scratch first. Each output is the same dot product either way.
   const bool streaming = T <= streaming_tokens;
   const int64_t threads = pool != nullptr ? pool->size() : 1;
   int64_t rows_per_task = kMatmulRowsPerTask;
@@ -115,7 +115,7 @@ void matmul_row_tasks(MatmulDecodeRows decode_rows, MatmulPrefillRows prefill_ro
     const int64_t n0 = r * rows_per_task;
     const int64_t n1 = n0 + rows_per_task < N ? n0 + rows_per_task : N;
     if (streaming) {
-      for (int64_t t = 0; t < T; ++t) decode_rows(wtype, wbytes, row_bytes, n0, n1, K, x + t * ldx, out + t * ldo);
+      streaming_rows(wtype, wbytes, row_bytes, n0, n1, K, x, ldx, T, out, ldo);
     } else {
       const int64_t t0 = part * tokens_per_part;
       const int64_t tn = std::min(tokens_per_part, T - t0);

@@ -51,30 +51,37 @@ void matmul_avx512(DType wtype, const void* w, int64_t N, int64_t K, const float
 int64_t matmul_avx512_prefill_rows(int64_t K);
 
 // The row-task driver both SIMD paths share (matmul.cpp): it splits N into tasks, sends up to
-// `streaming_tokens` tokens through `decode_rows` once per token (the weights stream from
-// memory for the first and from L2 for the rest) and more through `prefill_rows`, on the pool.
-// Prefill tasks cover `prefill_rows_per_task` rows and, when that leaves too few tasks for the
-// pool, a range of tokens each (tasks = row blocks x token ranges).
-// Which thread computes an output, and through which of the two, never changes its value: both
-// kernels of a path compute each output as the contract's one dot product.
-using MatmulDecodeRows = void (*)(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1,
-                                  int64_t K, const float* x, float* out);
-using MatmulPrefillRows = void (*)(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1,
-                                   int64_t K, const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo);
-void matmul_row_tasks(MatmulDecodeRows decode_rows, MatmulPrefillRows prefill_rows, int64_t prefill_rows_per_task,
+// `streaming_tokens` tokens through `streaming_rows` (the weights stream from memory once per
+// task; the AVX2 path runs its one-token kernel per token, the second token reading the task's
+// rows from L2; AVX-512 widens each weight once in registers for up to 8 tokens) and more
+// through `prefill_rows`, on the pool. Prefill tasks cover `prefill_rows_per_task` rows and,
+// when that leaves too few tasks for the pool, a range of tokens each (tasks = row blocks x
+// token ranges). Which thread computes an output, and through which kernel, never changes its
+// value: every kernel of a path computes each output as the contract's one dot product.
+using MatmulRows = void (*)(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, int64_t K,
+                            const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo);
+void matmul_row_tasks(MatmulRows streaming_rows, MatmulRows prefill_rows, int64_t prefill_rows_per_task,
                       int64_t streaming_tokens, DType wtype, const void* w, int64_t N, int64_t K, const float* x,
                       int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool);
-// Up to this many tokens a matmul takes the decode kernels, once per token; more take the prefill
-// kernels, which widen each weight once for all tokens. Per path, because widening costs differ:
-// AVX2 widens bf16 with one shuffle per 8 weights and its decode kernel wins up to 8 tokens; the
-// AVX-512 decode kernel spends two port-5 shuffles per 16-lane FMA (matmul_avx512.cpp), so from
-// 4 tokens on widening once wins. Measured with `quant_bench --n 512 --k 2048 --t T --threads 1`
-// (bf16 from DRAM), ms per call, decode / prefill kernel: Xeon (AVX-512) 0.259 / 0.389 at T = 2,
-// 0.402 / 0.362 at 4, 0.789 / 0.519 at 8; Zen 3 (AVX2) 0.22 / 0.58 at 2, 0.55 / 0.81 at 8
-// (docs/results.md §8). WEFT_MATMUL_STREAMING_TOKENS=N (0..64) overrides both (benchmarks).
-// Speed only: each output is the same dot product through either kernel.
+// The SIMD paths with the decode/prefill boundary given instead of the path's own (tests: every
+// T through either kernel family).
+void matmul_avx2_boundary(int64_t streaming_tokens, DType wtype, const void* w, int64_t N, int64_t K, const float* x,
+                          int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool);
+void matmul_avx512_boundary(int64_t streaming_tokens, DType wtype, const void* w, int64_t N, int64_t K,
+                            const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool);
+// Up to this many tokens a matmul takes the streaming kernels; more take the prefill kernels,
+// which widen each weight once into f32 scratch for all tokens. Per path, because the streaming
+// kernels differ: AVX2 runs its one-token kernel per token (bf16 widened by one shuffle per 8
+// weights; it wins up to 8 tokens on Zen 3); AVX-512 widens each pair of rows once in registers
+// for up to 8 tokens at a time (few_tokens_block in matmul_avx512.cpp), near the FMA peak, and
+// beats the prefill kernel up to 32 tokens on Zen 4. Measured with `quant_bench --n 512 --k 2048
+// --t T --threads 1` (bf16 from DRAM), ms per call, streaming / prefill kernel: Zen 4 (AVX-512)
+// 0.120 / 0.281 at T = 4, 0.146 / 0.278 at 8, 0.262 / 0.364 at 16, 0.474 / 0.574 at 32; Zen 3
+// (AVX2) 0.22 / 0.58 at 2, 0.55 / 0.81 at 8 (docs/results.md §8). WEFT_MATMUL_STREAMING_TOKENS=N
+// (0..64) overrides both (benchmarks). Speed only: each output is the same dot product through
+// either kernel.
 constexpr int64_t kMatmulStreamingTokensAvx2 = 8;
-constexpr int64_t kMatmulStreamingTokensAvx512 = 3;
+constexpr int64_t kMatmulStreamingTokensAvx512 = 16;
 // A path's threshold: WEFT_MATMUL_STREAMING_TOKENS when set, else path_default.
 int64_t matmul_streaming_tokens_or(int64_t path_default);
 // The threshold of the path matmul() takes (callers that make their own tasks: grouped experts).

@@ -7,11 +7,14 @@
 // each half is reduced by the same fixed tree as reduce8. A K chunk is never split across lanes:
 // that would change the order, so the 512-bit width is spent on pairs of outputs instead.
 //
-//   decode (T <= 3 tokens, one token at a time; kMatmulStreamingTokensAvx512 says why): 8 rows
+//   decode (T = 1): 8 rows
 //     = 4 zmm accumulators per pass; the two rows' 8 weights are widened side by side: f16 by
 //     two 256-bit converts (one 512-bit convert measured 0.87-0.96x of AVX2 decode on Zen4, the
 //     pair ~1.0x), bf16 by one zero-masked word permute (zero-extend + shift: 0.91-0.98x of
 //     AVX2; the permute 1.06x);
+//   a few tokens (2 <= T <= kMatmulStreamingTokensAvx512, 8 at a time): the same pair loads,
+//     each widened once per chunk and used for every token of the pass (pairs x tokens
+//     accumulators), so the weights stream once and the shuffles are paid once per 2..8 FMAs;
 //   prefill: each task's rows are widened once into per-thread scratch laid out by row pair
 //     ([row n chunk c | row n+1 chunk c], 16 floats), so the tile loads one zmm per pair and
 //     one 256-bit broadcast per token. The tile is 4 pairs (8 rows) x 6 tokens: 24 accumulators
@@ -184,6 +187,110 @@ void decode_block(const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, in
   }
 }
 
+// ---- A few tokens (2..kFewTokens at a time) ----
+
+// 2P weight rows against C tokens: each pair's 8 weights are loaded and widened once per chunk
+// and meet all C tokens (acc[p][c]: pair p, token c), so the decode kernel's two shuffles per
+// pair are paid once per C FMAs instead of once per FMA, and the weights stream from memory
+// once. Every lane's fma sequence is the contract's, as in dot_pairs_one_token. n_rows: rows
+// that exist (an odd last row rides in the high half of its pair and is dropped). pf as there.
+template <DType D, int P, int C>
+void dot_pairs_tokens(const uint8_t* const* rows, const float* x, int64_t ldx, int64_t K, float* out, int64_t ldo,
+                      int n_rows, const uint8_t* pf) {
+  constexpr int kElem = D == DType::kF32 ? 4 : 2;
+  constexpr int kPfBytes = 2 * P * 8 * kElem;
+  __m512 acc[P][C];
+#pragma GCC unroll 4
+  for (int p = 0; p < P; ++p) {
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) acc[p][c] = _mm512_setzero_ps();
+  }
+  const int64_t k8 = K & ~int64_t(7);
+  for (int64_t k = 0; k < k8; k += 8) {
+    if (pf != nullptr) {
+#pragma GCC unroll 8
+      for (int b = 0; b < kPfBytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(pf + k * 2 * P * kElem + b), _MM_HINT_T0);
+    }
+    __m512 wv[P];
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) wv[p] = load_w_pair<D>(rows[2 * p], rows[2 * p + 1], k);
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      const __m512 xv = load_x(x + c * ldx + k);
+#pragma GCC unroll 4
+      for (int p = 0; p < P; ++p) acc[p][c] = _mm512_fmadd_ps(wv[p], xv, acc[p][c]);
+    }
+  }
+  if (const int64_t rem = K - k8; rem != 0) {
+    const __mmask8 m = tail_mask(rem);
+    __m512 wv[P];
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) wv[p] = load_w_pair_tail<D>(rows[2 * p], rows[2 * p + 1], k8, m);
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      const __m512 xv = load_x_tail(x + c * ldx + k8, m);
+#pragma GCC unroll 4
+      for (int p = 0; p < P; ++p) acc[p][c] = _mm512_fmadd_ps(wv[p], xv, acc[p][c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int p = 0; p < P; ++p) {
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      float lo, hi;
+      reduce_pair(acc[p][c], &lo, &hi);
+      if (2 * p < n_rows) out[c * ldo + 2 * p] = lo;
+      if (2 * p + 1 < n_rows) out[c * ldo + 2 * p + 1] = hi;
+    }
+  }
+}
+
+// Tokens per pass of the few-token kernel, and its pairs per pass for C tokens: P x C
+// accumulators + P weight registers + 1 x register within the 32 zmm (C <= 6: 4 pairs, 8 rows as
+// the decode kernel; 7..8: 2 pairs, measured 0.146-0.169 ms vs 0.167-0.188 with 3 pairs at
+// T = 8 for the 512 x 2048 bf16 product on Zen 4).
+constexpr int kFewTokens = 8;
+constexpr int few_pairs(int C) { return C <= 6 ? 4 : 2; }
+
+// Rows [n0, n1) for C tokens: groups of few_pairs(C) pairs, then one pair at a time, then an odd
+// last row (its pair's second pointer repeats it; the copy's outputs are not stored).
+template <DType D, int C>
+void few_tokens_rows(const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, int64_t K, const float* x,
+                     int64_t ldx, float* out, int64_t ldo) {
+  constexpr int P = few_pairs(C);
+  int64_t n = n0;
+  const uint8_t* rows[2 * P];
+  for (; n + 2 * P <= n1; n += 2 * P) {
+    for (int r = 0; r < 2 * P; ++r) rows[r] = w + size_t(n + r) * row_bytes;
+    const uint8_t* pf = n + (kPfGroups + 1) * 2 * P <= n1 ? rows[0] + size_t(kPfGroups * 2 * P) * row_bytes : nullptr;
+    dot_pairs_tokens<D, P, C>(rows, x, ldx, K, out + n, ldo, 2 * P, pf);
+  }
+  for (; n < n1; n += 2) {
+    rows[0] = w + size_t(n) * row_bytes;
+    rows[1] = n + 1 < n1 ? rows[0] + row_bytes : rows[0];
+    dot_pairs_tokens<D, 1, C>(rows, x, ldx, K, out + n, ldo, int(n1 - n < 2 ? n1 - n : 2), nullptr);
+  }
+}
+
+template <DType D>
+void few_tokens_block(const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, int64_t K, const float* x,
+                      int64_t ldx, int64_t T, float* out, int64_t ldo) {
+  for (int64_t t = 0; t < T; t += kFewTokens) {
+    const float* xt = x + t * ldx;
+    float* ot = out + t * ldo;
+    switch (T - t < kFewTokens ? T - t : kFewTokens) {
+      case 1: decode_block<D>(w, row_bytes, n0, n1, K, xt, ot); break;
+      case 2: few_tokens_rows<D, 2>(w, row_bytes, n0, n1, K, xt, ldx, ot, ldo); break;
+      case 3: few_tokens_rows<D, 3>(w, row_bytes, n0, n1, K, xt, ldx, ot, ldo); break;
+      case 4: few_tokens_rows<D, 4>(w, row_bytes, n0, n1, K, xt, ldx, ot, ldo); break;
+      case 5: few_tokens_rows<D, 5>(w, row_bytes, n0, n1, K, xt, ldx, ot, ldo); break;
+      case 6: few_tokens_rows<D, 6>(w, row_bytes, n0, n1, K, xt, ldx, ot, ldo); break;
+      case 7: few_tokens_rows<D, 7>(w, row_bytes, n0, n1, K, xt, ldx, ot, ldo); break;
+      default: few_tokens_rows<D, 8>(w, row_bytes, n0, n1, K, xt, ldx, ot, ldo); break;
+    }
+  }
+}
+
 // ---- Prefill ----
 
 constexpr int kTilePairs = 4;
@@ -346,13 +453,14 @@ void prefill_block(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, 
   }
 }
 
-// One token through the decode kernel of wtype (matmul_row_tasks calls it once per token).
-void decode_rows(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, int64_t K,
-                 const float* x, float* out) {
+// The streaming kernel of wtype: the decode kernel for one token, the few-token kernel for more
+// (kFewTokens at a time).
+void streaming_rows(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, int64_t K,
+                    const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo) {
   switch (wtype) {
-    case DType::kF16: decode_block<DType::kF16>(w, row_bytes, n0, n1, K, x, out); break;
-    case DType::kBF16: decode_block<DType::kBF16>(w, row_bytes, n0, n1, K, x, out); break;
-    case DType::kF32: decode_block<DType::kF32>(w, row_bytes, n0, n1, K, x, out); break;
+    case DType::kF16: few_tokens_block<DType::kF16>(w, row_bytes, n0, n1, K, x, ldx, T, out, ldo); break;
+    case DType::kBF16: few_tokens_block<DType::kBF16>(w, row_bytes, n0, n1, K, x, ldx, T, out, ldo); break;
+    case DType::kF32: few_tokens_block<DType::kF32>(w, row_bytes, n0, n1, K, x, ldx, T, out, ldo); break;
     default: break;  // unreachable: matmul_row_tasks refuses other dtypes
   }
 }
@@ -365,10 +473,16 @@ int64_t matmul_avx512_prefill_rows(int64_t K) {
   return rows / kMatmulRowsPerTask * kMatmulRowsPerTask;
 }
 
+void matmul_avx512_boundary(int64_t streaming_tokens, DType wtype, const void* w, int64_t N, int64_t K,
+                            const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo, ThreadPool* pool) {
+  matmul_row_tasks(streaming_rows, prefill_block, matmul_avx512_prefill_rows(K), streaming_tokens, wtype, w, N, K, x,
+                   ldx, T, out, ldo, pool);
+}
+
 void matmul_avx512(DType wtype, const void* w, int64_t N, int64_t K, const float* x, int64_t ldx,
                    int64_t T, float* out, int64_t ldo, ThreadPool* pool) {
-  matmul_row_tasks(decode_rows, prefill_block, matmul_avx512_prefill_rows(K),
-                   matmul_streaming_tokens_or(kMatmulStreamingTokensAvx512), wtype, w, N, K, x, ldx, T, out, ldo, pool);
+  matmul_avx512_boundary(matmul_streaming_tokens_or(kMatmulStreamingTokensAvx512), wtype, w, N, K, x, ldx, T, out,
+                         ldo, pool);
 }
 
 }  // namespace weft
