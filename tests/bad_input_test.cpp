@@ -709,5 +709,17 @@ TEST(MatmulBoundaryEnv, UnknownValueIsSaid) {
   EXPECT_EQ(out.find("WEFT_MATMUL_STREAMING_TOKENS"), std::string::npos) << out;
 }
 
+// The few-token kernel's A/B switch (matmul.h, matmul_few_tokens) likewise, on every SIMD path.
+TEST(MatmulBoundaryEnv, UnknownFewTokensValueIsSaid) {
+  std::string out;
+  const std::string run = " " + test::weft_binary() + " generate --prompt Once -n 2";
+  ASSERT_EQ(test::run_command("WEFT_MATMUL_FEW_TOKENS=yes" + run, &out), 0) << out;
+  EXPECT_NE(out.find("WEFT_MATMUL_FEW_TOKENS=yes is not 0 or 1"), std::string::npos) << out;
+  for (const char* v : {"0", "1"}) {
+    ASSERT_EQ(test::run_command(std::string("WEFT_MATMUL_FEW_TOKENS=") + v + run, &out), 0) << out;
+    EXPECT_EQ(out.find("WEFT_MATMUL_FEW_TOKENS"), std::string::npos) << out;
+  }
+}
+
 }  // namespace
 }  // namespace weft

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "core/check.h"
@@ -150,7 +151,19 @@ int64_t streaming_tokens_override() {
 }
 }  // namespace
 
+bool matmul_few_tokens() {
+  static const bool on = [] {
+    const char* s = std::getenv("WEFT_MATMUL_FEW_TOKENS");
+    if (s == nullptr || *s == '\0' || std::strcmp(s, "1") == 0) return true;
+    if (std::strcmp(s, "0") == 0) return false;
+    std::fprintf(stderr, "weft: WEFT_MATMUL_FEW_TOKENS=%s is not 0 or 1; ignored\n", s);
+    return true;
+  }();
+  return on;
+}
+
 int64_t matmul_streaming_tokens_or(int64_t path_default) {
+  (void)matmul_few_tokens();  // both switches are read, and a bad value said, on every SIMD path
   const int64_t o = streaming_tokens_override();
   return o >= 0 ? o : path_default;
 }

@@ -84,6 +84,12 @@ constexpr int64_t kMatmulStreamingTokensAvx2 = 8;
 constexpr int64_t kMatmulStreamingTokensAvx512 = 16;
 // A path's threshold: WEFT_MATMUL_STREAMING_TOKENS when set, else path_default.
 int64_t matmul_streaming_tokens_or(int64_t path_default);
+// Whether the AVX-512 streaming kernel serves 2+ tokens with its few-token kernel (default) or
+// runs the one-token kernel once per token (WEFT_MATMUL_FEW_TOKENS=0: the kernel before it, for
+// A/B runs; any other value is said on stderr and ignored). The same bits either way. Read once.
+// (AVX2 always runs its one-token kernel per token: the same few-token tile, 2 rows x 6 tokens in
+// its 16 ymm, measured 0.9-1.1x of it at T = 2..8 on Zen 4, its x rows re-read from L2 per chunk.)
+bool matmul_few_tokens();
 // The threshold of the path matmul() takes (callers that make their own tasks: grouped experts).
 int64_t matmul_streaming_tokens();
 // Decode tasks cover at least this many weight bytes (MoE expert projections are only 2 MiB), so

@@ -275,6 +275,10 @@ void few_tokens_rows(const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1,
 template <DType D>
 void few_tokens_block(const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, int64_t K, const float* x,
                       int64_t ldx, int64_t T, float* out, int64_t ldo) {
+  if (!matmul_few_tokens()) {
+    for (int64_t t = 0; t < T; ++t) decode_block<D>(w, row_bytes, n0, n1, K, x + t * ldx, out + t * ldo);
+    return;
+  }
   for (int64_t t = 0; t < T; t += kFewTokens) {
     const float* xt = x + t * ldx;
     float* ot = out + t * ldo;
@@ -454,7 +458,7 @@ void prefill_block(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, 
 }
 
 // The streaming kernel of wtype: the decode kernel for one token, the few-token kernel for more
-// (kFewTokens at a time).
+// (kFewTokens at a time), or the decode kernel once per token when matmul_few_tokens() is off.
 void streaming_rows(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, int64_t K,
                     const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo) {
   switch (wtype) {
