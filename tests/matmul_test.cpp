@@ -79,10 +79,11 @@ const DType kWeightTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
 // 555 = 512 + 5 * 8 + 3: a second K block of full chunks and a tail chunk; 2053: only a tail.
 const int64_t kKs[] = {1, 7, 31, 33, 257, 555, 2048 + 5};
 const int64_t kNs[] = {1, 3, 17, 100};  // 3, 17: odd rows (AVX-512 pairs rows); 100: partial tasks
-// 2..8: few-token tiles of 4, 2, 1; 8 | 9 and 3 | 4: the streaming / prefill-tile boundaries of
-// AVX2 and AVX-512 (kMatmulStreamingTokens*); 9, 17, 50, 64, 97: AVX-512 blocks of 48 tokens in
-// tiles of 6 with remainder tiles of 3, 5, 2, 4 and 1.
-const int64_t kTs[] = {1, 2, 3, 4, 5, 7, 8, 9, 17, 50, 64, 97};
+// 2..8: few-token tiles of 4, 2, 1 (AVX-512: few-token passes of 2..8); 8 | 9 and 32 | 33: the
+// streaming / prefill boundaries of AVX2 and AVX-512 (kMatmulStreamingTokens*); 9, 17: AVX-512
+// passes of 8 with a remainder; 33, 50, 64, 97: AVX-512 prefill blocks of 48 tokens in tiles of 6
+// with remainder tiles of 3, 2, 4 and 1.
+const int64_t kTs[] = {1, 2, 3, 4, 5, 7, 8, 9, 17, 33, 50, 64, 97};
 
 // Every shape, every weight dtype: accuracy, T=1 vs batched, thread counts, scalar vs AVX2 vs
 // AVX-512 (each fast path only where the CPU has it).
@@ -198,7 +199,7 @@ TEST(Matmul, PrefillTaskGrainsKeepBits) {
 }
 
 // The streaming kernels at every token count: each path with its decode/prefill boundary at 64,
-// so T = 1..20 and 33 (AVX-512: few-token passes of 2..8 tokens, then groups of 8 with a
+// so T = 1..20, 32 and 33 (AVX-512: few-token passes of 2..8 tokens, then groups of 8 with a
 // remainder pass) all stream, and at 0, so the same T all take the prefill kernels. Odd N and K
 // cover the odd last row, the one-pair leftovers after groups of 8 or 6 rows and the tail chunk.
 // Every pool size, against the scalar twin bit for bit, on fresh random data.
@@ -217,6 +218,7 @@ TEST(Matmul, StreamingKernelsKeepBitsAtEveryTokenCount) {
   const Shape shapes[] = {{1, 9}, {7, 33}, {13, 555}, {37, 2053}, {70, 256}};
   std::vector<int64_t> ts;
   for (int64_t t = 1; t <= 20; ++t) ts.push_back(t);
+  ts.push_back(32);
   ts.push_back(33);
   for (DType wtype : kWeightTypes) {
     for (const Shape& s : shapes) {

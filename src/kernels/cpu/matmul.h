@@ -74,14 +74,16 @@ void matmul_avx512_boundary(int64_t streaming_tokens, DType wtype, const void* w
 // kernels differ: AVX2 runs its one-token kernel per token (bf16 widened by one shuffle per 8
 // weights; it wins up to 8 tokens on Zen 3); AVX-512 widens each pair of rows once in registers
 // for up to 8 tokens at a time (few_tokens_block in matmul_avx512.cpp), near the FMA peak, and
-// beats the prefill kernel up to 32 tokens on Zen 4. Measured with `quant_bench --n 512 --k 2048
+// beats or ties the prefill kernel up to 32 tokens. Measured with `quant_bench --n 512 --k 2048
 // --t T --threads 1` (bf16 from DRAM), ms per call, streaming / prefill kernel: Zen 4 (AVX-512)
-// 0.120 / 0.281 at T = 4, 0.146 / 0.278 at 8, 0.262 / 0.364 at 16, 0.474 / 0.574 at 32; Zen 3
-// (AVX2) 0.22 / 0.58 at 2, 0.55 / 0.81 at 8 (docs/results.md §8). WEFT_MATMUL_STREAMING_TOKENS=N
+// 0.120 / 0.281 at T = 4, 0.146 / 0.278 at 8, 0.262 / 0.364 at 16, 0.474 / 0.574 at 32; the
+// H200 host's Xeon 0.19-0.20 / 0.28-0.37 at 4, 0.26-0.28 / 0.38-0.51 at 8, 0.71-0.78 / 0.72-0.73
+// at 32 (at 16 threads 0.088 / 0.16-0.21 at 32: 32 streaming tasks instead of 8 prefill ones);
+// Zen 3 (AVX2) 0.22 / 0.58 at 2, 0.55 / 0.81 at 8 (docs/results.md §8). WEFT_MATMUL_STREAMING_TOKENS=N
 // (0..64) overrides both (benchmarks). Speed only: each output is the same dot product through
 // either kernel.
 constexpr int64_t kMatmulStreamingTokensAvx2 = 8;
-constexpr int64_t kMatmulStreamingTokensAvx512 = 16;
+constexpr int64_t kMatmulStreamingTokensAvx512 = 32;
 // A path's threshold: WEFT_MATMUL_STREAMING_TOKENS when set, else path_default.
 int64_t matmul_streaming_tokens_or(int64_t path_default);
 // Whether the AVX-512 streaming kernel serves 2+ tokens with its few-token kernel (default) or
