@@ -198,8 +198,25 @@ TEST(BenchClaim, PairedBootstrapOfTheMedian) {
   EXPECT_EQ(m.verdict, "faster than f16, above its ceiling");
 }
 
+// Under AddressSanitizer every byte the test writes is checked against its shadow byte (one per 8
+// bytes of memory), and on some kernels those shadow pages become resident as the block's pages
+// are touched: up to n / 8 more (measured 8.66 MB for 64 MiB on a 2-core Zen 4 VM). The bound
+// allows that shadow there and nowhere else.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+
 TEST(BenchResident, GrowsByThePagesTouched) {
   const size_t n = size_t(64) << 20;
+  const size_t shadow = kAddressSanitizer ? n / 8 : 0;
   lab::release_free_heap();
   const size_t before = lab::process_resident_bytes();
   ASSERT_GT(before, 0u);
@@ -209,7 +226,7 @@ TEST(BenchResident, GrowsByThePagesTouched) {
   const size_t touched = lab::process_resident_bytes();
   EXPECT_LT(allocated - std::min(allocated, before), n / 8) << "allocation alone is not residence";
   EXPECT_GE(touched - before, n - n / 64);
-  EXPECT_LE(touched - before, n + n / 16);
+  EXPECT_LE(touched - before, n + n / 16 + shadow);
   volatile uint8_t sink = block[4096];
   (void)sink;
 }
