@@ -198,25 +198,12 @@ TEST(BenchClaim, PairedBootstrapOfTheMedian) {
   EXPECT_EQ(m.verdict, "faster than f16, above its ceiling");
 }
 
-// Under AddressSanitizer every byte the test writes is checked against its shadow byte (one per 8
-// bytes of memory), and on some kernels those shadow pages become resident as the block's pages
-// are touched: up to n / 8 more (measured 8.66 MB for 64 MiB on a 2-core Zen 4 VM). The bound
-// allows that shadow there and nowhere else.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAddressSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kAddressSanitizer = true;
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
-
 TEST(BenchResident, GrowsByThePagesTouched) {
   const size_t n = size_t(64) << 20;
-  const size_t shadow = kAddressSanitizer ? n / 8 : 0;
+  // Under AddressSanitizer every byte written is checked against its shadow byte (one per 8 bytes),
+  // and on some kernels those shadow pages become resident as the block's pages are touched: up
+  // to n / 8 more (8.66 MB for 64 MiB on a 2-core Zen 4 VM). Allowed there and nowhere else.
+  const size_t shadow = test::kUnderAddressSanitizer ? n / 8 : 0;
   lab::release_free_heap();
   const size_t before = lab::process_resident_bytes();
   ASSERT_GT(before, 0u);

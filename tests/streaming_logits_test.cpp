@@ -190,18 +190,9 @@ TEST(LogitsCommand, PeakMemoryDoesNotGrowAsTTimesV) {
   const double whole_mib = double(T * V * 4) / (1 << 20);
   std::printf("[ logits T=%lld V=%lld ] peak RSS of the command %.1f MiB; the whole tensor is %.0f MiB\n",
               (long long)T, (long long)V, peak_mib, whole_mib);
-#if defined(__SANITIZE_ADDRESS__)
-#define WEFT_TEST_UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define WEFT_TEST_UNDER_ASAN 1
-#endif
-#endif
-#ifdef WEFT_TEST_UNDER_ASAN
   // ASan keeps freed memory in quarantine and adds shadow memory: the peak says nothing about
   // what weft holds. The Release run of the suite asserts the bound.
-  GTEST_SKIP() << "peak RSS is not meaningful under AddressSanitizer";
-#endif
+  if (test::kUnderAddressSanitizer) GTEST_SKIP() << "peak RSS is not meaningful under AddressSanitizer";
   EXPECT_LT(peak_mib, whole_mib / 2) << "weft logits holds the logits of every position in memory";
   fs::remove_all(dir);
 }

@@ -5,6 +5,20 @@
 
 namespace weft::test {
 
+// Whether this build runs under AddressSanitizer (GCC says so with __SANITIZE_ADDRESS__, clang
+// through __has_feature): its shadow memory and quarantine change what resident-memory figures mean.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kUnderAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kUnderAddressSanitizer = true;
+#else
+inline constexpr bool kUnderAddressSanitizer = false;
+#endif
+#else
+inline constexpr bool kUnderAddressSanitizer = false;
+#endif
+
 std::string source_dir();             // repo root
 std::string weft_binary();            // path of the built `weft` tool
 std::string shared_dir();             // ../shared beside the repo (may be absent)

@@ -115,6 +115,45 @@ inline __m512 load_w_pair_tail(const uint8_t* a, const uint8_t* b, int64_t k, __
   }
 }
 
+// The pairs x tokens tile both multi-token kernels share (the few-token kernel with weights
+// widened in registers, the prefill tile with weights from scratch): one chunk of P row pairs
+// wv[p] against C tokens (8 x values of token c at x + c * ldx, broadcast to both halves; the
+// masked form zero-fills lanes >= the tail), each accumulator one lane-ordered fma further.
+template <int P, int C>
+inline void fma_pairs_tokens(const __m512 (&wv)[P], const float* x, int64_t ldx, __m512 (&acc)[P][C]) {
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) {
+    const __m512 xv = load_x(x + c * ldx);
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) acc[p][c] = _mm512_fmadd_ps(wv[p], xv, acc[p][c]);
+  }
+}
+template <int P, int C>
+inline void fma_pairs_tokens_tail(const __m512 (&wv)[P], const float* x, int64_t ldx, __mmask8 m,
+                                  __m512 (&acc)[P][C]) {
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) {
+    const __m512 xv = load_x_tail(x + c * ldx, m);
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) acc[p][c] = _mm512_fmadd_ps(wv[p], xv, acc[p][c]);
+  }
+}
+// Reduces acc[p][c] into out[c * ldo + 2p] and, when that row exists (2p + 1 < rows), out[c * ldo
+// + 2p + 1]: an odd last row rode in the low half of its pair with a copy or zeros above.
+template <int P, int C>
+inline void store_pairs_tokens(const __m512 (&acc)[P][C], float* out, int64_t ldo, int rows) {
+#pragma GCC unroll 4
+  for (int p = 0; p < P; ++p) {
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      float lo, hi;
+      reduce_pair(acc[p][c], &lo, &hi);
+      out[c * ldo + 2 * p] = lo;
+      if (2 * p + 1 < rows) out[c * ldo + 2 * p + 1] = hi;
+    }
+  }
+}
+
 // ---- Decode ----
 
 // 2P weight rows against one token; rows[2p] and rows[2p+1] share accumulator p. pf as in
@@ -193,7 +232,7 @@ void decode_block(const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1, in
 // and meet all C tokens (acc[p][c]: pair p, token c), so the decode kernel's two shuffles per
 // pair are paid once per C FMAs instead of once per FMA, and the weights stream from memory
 // once. Every lane's fma sequence is the contract's, as in dot_pairs_one_token. n_rows: rows
-// that exist (an odd last row rides in the high half of its pair and is dropped). pf as there.
+// that exist (an odd last row's pair repeats it in the high half, which is not stored). pf as there.
 template <DType D, int P, int C>
 void dot_pairs_tokens(const uint8_t* const* rows, const float* x, int64_t ldx, int64_t K, float* out, int64_t ldo,
                       int n_rows, const uint8_t* pf) {
@@ -214,35 +253,16 @@ void dot_pairs_tokens(const uint8_t* const* rows, const float* x, int64_t ldx, i
     __m512 wv[P];
 #pragma GCC unroll 4
     for (int p = 0; p < P; ++p) wv[p] = load_w_pair<D>(rows[2 * p], rows[2 * p + 1], k);
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) {
-      const __m512 xv = load_x(x + c * ldx + k);
-#pragma GCC unroll 4
-      for (int p = 0; p < P; ++p) acc[p][c] = _mm512_fmadd_ps(wv[p], xv, acc[p][c]);
-    }
+    fma_pairs_tokens<P, C>(wv, x + k, ldx, acc);
   }
   if (const int64_t rem = K - k8; rem != 0) {
     const __mmask8 m = tail_mask(rem);
     __m512 wv[P];
 #pragma GCC unroll 4
     for (int p = 0; p < P; ++p) wv[p] = load_w_pair_tail<D>(rows[2 * p], rows[2 * p + 1], k8, m);
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) {
-      const __m512 xv = load_x_tail(x + c * ldx + k8, m);
-#pragma GCC unroll 4
-      for (int p = 0; p < P; ++p) acc[p][c] = _mm512_fmadd_ps(wv[p], xv, acc[p][c]);
-    }
+    fma_pairs_tokens_tail<P, C>(wv, x + k8, ldx, m, acc);
   }
-#pragma GCC unroll 4
-  for (int p = 0; p < P; ++p) {
-#pragma GCC unroll 8
-    for (int c = 0; c < C; ++c) {
-      float lo, hi;
-      reduce_pair(acc[p][c], &lo, &hi);
-      if (2 * p < n_rows) out[c * ldo + 2 * p] = lo;
-      if (2 * p + 1 < n_rows) out[c * ldo + 2 * p + 1] = hi;
-    }
-  }
+  store_pairs_tokens<P, C>(acc, out, ldo, n_rows);
 }
 
 // Tokens per pass of the few-token kernel, and its pairs per pass for C tokens: P x C
@@ -331,24 +351,14 @@ void tile(const float* const* pw, const float* x, int64_t ldx, int64_t n_full, i
     __m512 wv[P];
 #pragma GCC unroll 4
     for (int p = 0; p < P; ++p) wv[p] = _mm512_load_ps(pw[p] + 16 * i);
-#pragma GCC unroll 6
-    for (int c = 0; c < C; ++c) {
-      const __m512 xv = load_x(x + c * ldx + 8 * i);
-#pragma GCC unroll 4
-      for (int p = 0; p < P; ++p) acc[p][c] = _mm512_fmadd_ps(wv[p], xv, acc[p][c]);
-    }
+    fma_pairs_tokens<P, C>(wv, x + 8 * i, ldx, acc);
   }
   if (tail_rem != 0) {
     const __mmask8 m = tail_mask(tail_rem);
     __m512 wv[P];
 #pragma GCC unroll 4
     for (int p = 0; p < P; ++p) wv[p] = _mm512_load_ps(pw[p] + 16 * n_full);
-#pragma GCC unroll 6
-    for (int c = 0; c < C; ++c) {
-      const __m512 xv = load_x_tail(x + c * ldx + 8 * n_full, m);
-#pragma GCC unroll 4
-      for (int p = 0; p < P; ++p) acc[p][c] = _mm512_fmadd_ps(wv[p], xv, acc[p][c]);
-    }
+    fma_pairs_tokens_tail<P, C>(wv, x + 8 * n_full, ldx, m, acc);
   }
   if (!last) {
 #pragma GCC unroll 4
@@ -358,16 +368,7 @@ void tile(const float* const* pw, const float* x, int64_t ldx, int64_t n_full, i
     }
     return;
   }
-#pragma GCC unroll 4
-  for (int p = 0; p < P; ++p) {
-#pragma GCC unroll 6
-    for (int c = 0; c < C; ++c) {
-      float lo, hi;
-      reduce_pair(acc[p][c], &lo, &hi);
-      out[c * ldo + 2 * p] = lo;
-      if (2 * p + 1 < rows) out[c * ldo + 2 * p + 1] = hi;
-    }
-  }
+  store_pairs_tokens<P, C>(acc, out, ldo, rows);
 }
 
 // One tile row (P pairs) over tokens [0, T) in tiles of kTileTokens and a remainder tile.
