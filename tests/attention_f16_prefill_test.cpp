@@ -1,6 +1,8 @@
-// attention_f16_prefill (query-block-tiled strict prefill): every output row bit-identical
-// (memcmp) to the frozen attention_f16, for any thread count, any query block size, and on the
-// AVX2 path and the scalar twin; plus a disabled-by-default throughput comparison.
+// attention_f16_prefill (query-block-tiled strict prefill) and attention_f16_decode (its
+// primitives under the frozen kernel's decode task split): every output row bit-identical
+// (memcmp) to the frozen attention_f16, for any thread count, any query block size, and on each
+// primitive set (AVX-512 where the CPU has it, AVX2, the scalar twins); plus a
+// disabled-by-default throughput comparison.
 #include "kernels/cpu/attention_f16_prefill.h"
 
 #include <gtest/gtest.h>
@@ -116,15 +118,19 @@ void check_problem(const Problem& p, std::mt19937_64& rng, bool scalar_twin) {
   // Split invariance: the rows' bits do not depend on how tokens are grouped into tasks.
   for (int64_t bq : {1, 3, 16, 64}) {
     std::fill(got.begin(), got.end(), NAN);
-    attention_f16_prefill_blocked(view, a, &pool2, bq, false);
+    attention_f16_prefill_blocked(view, a, &pool2, bq, AttnTiledPath::kBest);
     expect_same("block " + std::to_string(bq));
   }
+  // The AVX2 primitives where the best set is AVX-512 (the same call otherwise).
+  std::fill(got.begin(), got.end(), NAN);
+  attention_f16_prefill_blocked(view, a, &pool2, 0, AttnTiledPath::kAvx2);
+  expect_same("avx2 primitives");
   if (scalar_twin) {
     std::fill(got.begin(), got.end(), NAN);
     attention_f16_prefill_scalar(view, a, &pool2);
     expect_same("scalar twin");
     std::fill(got.begin(), got.end(), NAN);
-    attention_f16_prefill_blocked(view, a, &pool2, 5, true);
+    attention_f16_prefill_blocked(view, a, &pool2, 5, AttnTiledPath::kScalar);
     expect_same("scalar twin block 5");
   }
 }
@@ -153,6 +159,67 @@ TEST(AttentionF16Prefill, EdgeShapesAndPeakyScores) {
   check_problem({40, 250, 72, 1, 3, 16, 1.0f}, rng, true);
   check_problem({33, 7, 20, 3, 1, 256, 2.0f}, rng, true);
   check_problem({700, 0, 256, 2, 2, 256, 1.0f}, rng, false);
+}
+
+// Decode (T = 1) through the tiled primitives: the frozen kernel's bits at every key count
+// around the 256-key chunks and the primitives' 12-key and 32-key blocks, GQA groups that fill
+// row pairs and tiles unevenly (1, 3, 5, 7 rows; 12 and 16 rows = two tiles), head sizes whose
+// last slice is 16 dims (80), not a multiple of 16 (72, 20: the AVX2 fallback), pages of 16
+// tokens, peaky softmaxes, each primitive set and thread count; and attention_f16_strict, what
+// the CPU backend runs.
+void check_decode(const Problem& p, std::mt19937_64& rng, bool scalar_twin) {
+  Fixture f = make_fixture(p, rng);
+  const int64_t nh = p.n_kv * p.group;
+  const KvLayerView view = f.cache->view(0);
+  AttentionArgs a{f.q.data(), 1, p.pos0, nh, 1.0f / std::sqrt(float(p.hd)), nullptr};
+  std::vector<float> ref(f.q.size(), NAN), got(f.q.size());
+  a.out = ref.data();
+  attention_f16(view, a, nullptr);
+  for (float x : ref) ASSERT_TRUE(std::isfinite(x)) << describe(p);
+  a.out = got.data();
+  auto expect_same = [&](const std::string& what) {
+    EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), ref.size() * 4))
+        << describe(p) << " decode " << what << diff_rows(ref, got, nh, p.hd);
+  };
+  std::vector<AttnTiledPath> paths = {AttnTiledPath::kBest, AttnTiledPath::kAvx2};
+  if (scalar_twin) paths.push_back(AttnTiledPath::kScalar);
+  for (AttnTiledPath path : paths)
+    for (int threads : {0, 1, 3}) {
+      std::fill(got.begin(), got.end(), NAN);
+      const std::string what = "path " + std::to_string(int(path)) + " threads " + std::to_string(threads);
+      if (threads == 0) {
+        attention_f16_decode(view, a, nullptr, path);
+      } else {
+        ThreadPool pool(threads);
+        attention_f16_decode(view, a, &pool, path);
+      }
+      expect_same(what);
+    }
+  std::fill(got.begin(), got.end(), NAN);
+  ThreadPool pool2(2);
+  attention_f16_strict(view, a, &pool2);
+  expect_same("attention_f16_strict");
+}
+
+TEST(AttentionF16Decode, BitIdenticalToAttentionF16) {
+  std::mt19937_64 rng(test_seed() + 2);
+  for (int64_t hd : {64, 80, 128, 256})
+    for (int64_t group : {1, 2, 3, 5, 8, 12, 16})
+      for (int64_t n_keys : {1, 2, 13, 33, 255, 256, 257, 600}) {
+        const int64_t n_kv = group <= 3 ? 2 : 1;
+        check_decode({1, n_keys - 1, hd, n_kv, group, n_keys % 2 ? 16 : 256, 1.0f}, rng,
+                     hd <= 128 && n_keys <= 257);
+      }
+}
+
+TEST(AttentionF16Decode, LongContextsOddHeadsAndPeakyScores) {
+  std::mt19937_64 rng(test_seed() + 3);
+  check_decode({1, 4099, 256, 2, 8, 256, 1.0f}, rng, false);    // 17 chunks: the parallel merge
+  check_decode({1, 5000, 128, 2, 7, 16, 8.0f}, rng, false);
+  check_decode({1, 700, 256, 2, 4, 256, 20.0f}, rng, true);
+  check_decode({1, 300, 72, 1, 3, 16, 1.0f}, rng, true);       // hd % 16 == 8: AVX2 fallback
+  check_decode({1, 90, 20, 3, 1, 256, 2.0f}, rng, true);       // hd % 8 != 0: scalar tails
+  check_decode({1, 1000, 256, 1, 16, 256, 1.0f}, rng, false);  // two row tiles
 }
 
 double time_ms(const std::function<void()>& fn) {
@@ -185,7 +252,7 @@ TEST(AttentionF16PrefillBench, DISABLED_Throughput) {
     const double flop = double(T) * double(T + 1) / 2 * double(nh) * double(hd) * 4;
     std::printf("prefill T=%lld (%s, %d threads): attention_f16 %.1f ms (%.1f GFLOP/s), attention_f16_prefill %.1f "
                 "ms (%.1f GFLOP/s), %.2fx\n",
-                (long long)T, use_avx2() ? "AVX2" : "scalar", threads, best_old, flop / best_old / 1e6, best_new,
+                (long long)T, simd_level_name(simd_level()), threads, best_old, flop / best_old / 1e6, best_new,
                 flop / best_new / 1e6, best_old / best_new);
   }
 }

@@ -1,6 +1,7 @@
 // attention_quant_bench: one layer's decode attention (T = 1) over a KV cache of a given depth,
-// the frozen f16 kernel against the quantized-KV kernel (q8_0 K and V by default), alternated
-// call by call, so a busy neighbour hits both alike. A command, not a test.
+// the strict f16 kernel the CPU backend runs (attention_f16_strict), the frozen f16 kernel it
+// must equal bit for bit, and the quantized-KV kernel (q8_0 K and V), alternated call by call,
+// so a busy neighbour hits all alike. A command, not a test.
 //
 //   build/attention_quant_bench [--depth 32768] [--heads 16] [--kv-heads 2] [--head-dim 256]
 //                               [--threads 1] [--rounds 20] [--layers 8]
@@ -24,6 +25,7 @@
 #include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_f16_prefill.h"
 #include "kernels/cpu/attention_quant.h"
 #include "kernels/cpu/kv_quant.h"
 
@@ -90,7 +92,7 @@ int main(int argc, char** argv) {
     for (auto& v : row) v = g(rng);
     for (Cache& c : caches) encode_kv_row(c.type, row.data(), c.storage.data() + r * c.row_bytes, hd);
   }
-  std::vector<float> q(size_t(heads * hd)), out(q.size());
+  std::vector<float> q(size_t(heads * hd)), out(q.size()), out_frozen(q.size());
   for (auto& v : q) v = g(rng);
   AttentionArgs args;
   args.q = q.data();
@@ -100,31 +102,39 @@ int main(int argc, char** argv) {
   args.scale = 1.0f / std::sqrt(float(hd));
   args.out = out.data();
   ThreadPool pool(threads);
-  std::vector<double> times[2];
+  // Arms: 0 = f16 as the backend runs it, 1 = the frozen f16 kernel, 2 = q8_0.
+  constexpr int kArms = 3;
+  const char* names[kArms] = {"f16", "frozen", "q8_0"};
+  std::vector<double> times[kArms];
+  bool same_bits = true;
   for (int r = -2; r < rounds; ++r) {
-    for (int arm = 0; arm < 2; ++arm) {
-      const KvLayerView v = caches[arm].view((r + 2) % layers, depth, n_kv, hd);
+    for (int arm = 0; arm < kArms; ++arm) {
+      const KvLayerView v = caches[arm == 2 ? 1 : 0].view((r + 2) % layers, depth, n_kv, hd);
+      args.out = arm == 1 ? out_frozen.data() : out.data();
       const auto t0 = std::chrono::steady_clock::now();
-      if (arm == 0) attention_f16(v, args, &pool);
+      if (arm == 0) attention_f16_strict(v, args, &pool);
+      else if (arm == 1) attention_f16(v, args, &pool);
       else attention_quant(v, args, &pool);
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (r >= 0) times[arm].push_back(s);
+      if (arm == 1) same_bits = same_bits && std::memcmp(out.data(), out_frozen.data(), out.size() * 4) == 0;
     }
   }
   std::printf("depth %lld, %lld heads / %lld kv heads, head_dim %lld, %d thread(s), %d rounds over %d layers, %s\n",
               (long long)depth, (long long)heads, (long long)n_kv, (long long)hd, threads, rounds, layers,
               kernel_path_description().c_str());
-  double med[2];
-  for (int arm = 0; arm < 2; ++arm) {
+  double med[kArms];
+  for (int arm = 0; arm < kArms; ++arm) {
     std::sort(times[arm].begin(), times[arm].end());
-    const double bytes = double(2 * n_kv * depth) * double(caches[arm].row_bytes);
+    const double bytes = double(2 * n_kv * depth) * double(caches[arm == 2 ? 1 : 0].row_bytes);
     med[arm] = times[arm][times[arm].size() / 2];
-    std::printf("%-6s KV %7.1f MiB  best %7.3f ms  median %7.3f ms  %6.2f GB/s (median)\n",
-                arm == 0 ? "f16" : "q8_0", bytes / (1 << 20), times[arm].front() * 1e3, med[arm] * 1e3,
-                bytes / med[arm] / 1e9);
+    std::printf("%-6s KV %7.1f MiB  best %7.3f ms  median %7.3f ms  %6.2f GB/s (median)\n", names[arm],
+                bytes / (1 << 20), times[arm].front() * 1e3, med[arm] * 1e3, bytes / med[arm] / 1e9);
   }
+  std::printf("f16 / frozen: speed %.3f (median), outputs %s\n", med[1] / med[0],
+              same_bits ? "bit-identical" : "DIFFER (a defect)");
   const double byte_ratio = double(caches[0].row_bytes) / double(caches[1].row_bytes);
-  std::printf("speed q8_0 / f16 = %.3f (median), byte ceiling %.3f, ratio / ceiling %.3f\n", med[0] / med[1],
-              byte_ratio, med[0] / med[1] / byte_ratio);
-  return 0;
+  std::printf("speed q8_0 / f16 = %.3f (median), byte ceiling %.3f, ratio / ceiling %.3f\n", med[0] / med[2],
+              byte_ratio, med[0] / med[2] / byte_ratio);
+  return same_bits ? 0 : 1;
 }

@@ -399,10 +399,9 @@ namespace {
 
 void attention_one(const KvLayerView& view, const AttentionArgs& args, ThreadPool* pool) {
   if (view.k_type == DType::kF16 && view.v_type == DType::kF16) {
-    // Strict tier: prefill through the query-block-tiled kernel, which reproduces the frozen
-    // kernel's bits row for row (attention_f16_prefill.h); decode stays on the frozen kernel.
-    if (args.T > 1) attention_f16_prefill(view, args, pool);
-    else attention_f16(view, args, pool);
+    // Strict tier: the tiled kernels, which reproduce the frozen kernel's bits row for row
+    // (attention_f16_prefill.h says which runs where).
+    attention_f16_strict(view, args, pool);
   } else if (attention_quant_supports(view)) {
     attention_quant(view, args, pool);  // quantized KV tier
   } else {

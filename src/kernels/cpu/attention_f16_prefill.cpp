@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -182,19 +184,135 @@ void run(const KvLayerView& kv, const AttentionArgs& a, ThreadPool* pool, int64_
   else for (int64_t i = 0; i < n_blocks * n_kv; ++i) task(i);
 }
 
+const AttnF16PrefillOps& ops_for(AttnTiledPath path) {
+  if (path == AttnTiledPath::kScalar || !use_avx2()) return kScalarOps;
+  if (path == AttnTiledPath::kBest && use_avx512()) return attn_f16_prefill_ops_avx512();
+  return attn_f16_prefill_ops_avx2();
+}
+
+// Per-thread scratch of one decode task: scores [group][kAttnChunk], widened K rows, V slices.
+struct DecodeScratch {
+  std::vector<float> s, kbuf, vbuf;
+  std::vector<int64_t> n_row;
+  std::vector<const uint16_t*> k_rows, v_rows;
+};
+
 }  // namespace
 
 void attention_f16_prefill_blocked(const KvLayerView& kv, const AttentionArgs& args, ThreadPool* pool,
-                                   int64_t block_tokens, bool scalar) {
-  run(kv, args, pool, block_tokens, scalar || !use_avx2() ? kScalarOps : attn_f16_prefill_ops_avx2());
+                                   int64_t block_tokens, AttnTiledPath path) {
+  run(kv, args, pool, block_tokens, ops_for(path));
 }
 
 void attention_f16_prefill(const KvLayerView& kv, const AttentionArgs& args, ThreadPool* pool) {
-  attention_f16_prefill_blocked(kv, args, pool, 0, false);
+  attention_f16_prefill_blocked(kv, args, pool, 0, AttnTiledPath::kBest);
 }
 
 void attention_f16_prefill_scalar(const KvLayerView& kv, const AttentionArgs& args, ThreadPool* pool) {
-  attention_f16_prefill_blocked(kv, args, pool, 0, true);
+  attention_f16_prefill_blocked(kv, args, pool, 0, AttnTiledPath::kScalar);
+}
+
+void attention_f16_decode(const KvLayerView& kv, const AttentionArgs& a, ThreadPool* pool, AttnTiledPath path) {
+  WEFT_CHECK(a.T == 1, "attention_f16_decode takes one query token");
+  WEFT_ASSERT(a.pos0 >= 0 && a.pos0 + 1 <= kv.length, "attention would read past the KV cache");
+  const AttnF16PrefillOps& o = ops_for(path);
+  const int64_t hd = kv.head_dim, n_kv = kv.n_kv_heads, group = a.n_heads / n_kv;
+  const int64_t n_keys = a.pos0 + 1, n_chunks = ceil_div(n_keys, kAttnChunk);
+  // Partial c of kv head g: m[group], l[group], acc[group][hd] (the frozen kernel's layout).
+  const int64_t stride = group * (hd + 2);
+  // Reused across calls (every element is written before it is read); thread_local, so the
+  // workers reach it through `partials`.
+  thread_local std::vector<float> partials_buffer;
+  if (partials_buffer.size() < size_t(n_kv * n_chunks * stride))
+    partials_buffer.resize(size_t(n_kv * n_chunks * stride));
+  float* const partials = partials_buffer.data();
+
+  auto task = [&](int64_t idx) {
+    const int64_t g = idx / n_chunks, c = idx % n_chunks;
+    const int64_t k0 = c * kAttnChunk, n = std::min(n_keys, k0 + kAttnChunk) - k0;
+    thread_local DecodeScratch sc;
+    auto grow = [](auto& v, size_t size) {
+      if (v.size() < size) v.resize(size);
+    };
+    grow(sc.s, size_t(group * kAttnChunk));
+    grow(sc.kbuf, size_t(kAttnPrefillKeyBlock * hd));
+    grow(sc.vbuf, size_t(std::max<int64_t>(kAttnChunk * 16, hd)));
+    grow(sc.n_row, size_t(group));
+    grow(sc.k_rows, size_t(kAttnChunk));
+    grow(sc.v_rows, size_t(kAttnChunk));
+    for (int64_t j = 0; j < n; ++j) {
+      sc.k_rows[size_t(j)] = reinterpret_cast<const uint16_t*>(kv.k_row(g, k0 + j));
+      sc.v_rows[size_t(j)] = reinterpret_cast<const uint16_t*>(kv.v_row(g, k0 + j));
+    }
+    std::fill(sc.n_row.begin(), sc.n_row.begin() + group, n);
+    float* part = partials + idx * stride;
+    float* s = sc.s.data();
+    o.scores(a.q + g * group * hd, group, sc.k_rows.data(), n, hd, a.scale, sc.kbuf.data(), s, kAttnChunk);
+    // The chunk's V rows travel while the softmax runs (no memory traffic of its own): a share
+    // of them before each row's exps.
+    const int64_t v_per_row = ceil_div(n, group);
+    for (int64_t i = 0; i < group; ++i) {
+      for (int64_t j = i * v_per_row; j < std::min(n, (i + 1) * v_per_row); ++j)
+        for (int64_t b = 0; b < hd * 2; b += 64)
+          __builtin_prefetch(reinterpret_cast<const char*>(sc.v_rows[size_t(j)]) + b, 0, 2);
+      softmax_chunk(s + i * kAttnChunk, n, &part[i], &part[group + i]);
+    }
+    // And the next chunk's first K rows while the P·V sums run (the next task of this thread,
+    // usually: tasks go out in order).
+    if (k0 + n < n_keys)
+      for (int64_t j = k0 + n; j < std::min(n_keys, k0 + n + 24); ++j)
+        for (int64_t b = 0; b < hd * 2; b += 64) __builtin_prefetch(kv.k_row(g, j) + b, 0, 2);
+    o.accumulate_v(sc.v_rows.data(), sc.n_row.data(), group, s, kAttnChunk, hd, sc.vbuf.data(), part + 2 * group);
+  };
+  if (pool) pool->parallel_for(n_kv * n_chunks, task);
+  else for (int64_t i = 0; i < n_kv * n_chunks; ++i) task(i);
+
+  // The frozen kernel's merge, row by row: chunk 0 is the running state, chunks 1.. merge in
+  // order, then acc · (1 / l).
+  auto merge_row = [&](int64_t row) {
+    const int64_t g = row / group, i = row % group;
+    const float* p0 = partials + g * n_chunks * stride;
+    float m = p0[i], l = p0[group + i];
+    float* out = a.out + row * hd;
+    std::copy(p0 + 2 * group + i * hd, p0 + 2 * group + (i + 1) * hd, out);
+    for (int64_t c = 1; c < n_chunks; ++c) {
+      const float* pc = p0 + c * stride;
+      merge_into(&m, &l, out, pc[i], pc[group + i], pc + 2 * group + i * hd, hd);
+    }
+    const float inv = 1.0f / l;
+    for (int64_t d = 0; d < hd; ++d) out[d] *= inv;
+  };
+  // A row's merge reads n_chunks x hd floats: worth a parallel region only past a few chunks.
+  if (pool && n_chunks >= 16) pool->parallel_for(n_kv * group, merge_row);
+  else for (int64_t r = 0; r < n_kv * group; ++r) merge_row(r);
+}
+
+namespace {
+
+// 0 = not forced, 1 = frozen, 2 = tiled.
+int forced_decode_kernel() {
+  static const int forced = [] {
+    const char* e = std::getenv("WEFT_ATTN_F16_DECODE");
+    if (e == nullptr || *e == '\0') return 0;
+    if (std::strcmp(e, "frozen") == 0) return 1;
+    if (std::strcmp(e, "tiled") == 0) return 2;
+    std::fprintf(stderr, "weft: WEFT_ATTN_F16_DECODE=%s is not frozen or tiled; ignored\n", e);
+    return 0;
+  }();
+  return forced;
+}
+
+}  // namespace
+
+void attention_f16_strict(const KvLayerView& kv, const AttentionArgs& args, ThreadPool* pool) {
+  if (args.T > 1) {
+    attention_f16_prefill(kv, args, pool);
+    return;
+  }
+  const int forced = forced_decode_kernel();
+  const bool tiled = forced == 0 ? use_avx512() : forced == 2;
+  if (tiled) attention_f16_decode(kv, args, pool);
+  else attention_f16(kv, args, pool);
 }
 
 }  // namespace weft

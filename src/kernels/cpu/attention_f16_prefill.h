@@ -48,14 +48,35 @@ namespace weft {
 
 class ThreadPool;
 
-// f16 K and V, T > 1 (T == 1 works too but decode belongs to attention_f16). Chooses the AVX2
-// kernels when weft::use_avx2(), else the scalar twins.
+// Which primitives run: kBest = the AVX-512 set where weft::use_avx512(), else AVX2 where
+// weft::use_avx2(), else the scalar twins; kAvx2 caps that at AVX2; kScalar = the twins. Every
+// path computes the same bits (tests hold them to the frozen kernel's).
+enum class AttnTiledPath { kBest, kAvx2, kScalar };
+
+// f16 K and V, T > 1 (T == 1 works too; decode has its own task split below).
 void attention_f16_prefill(const KvLayerView& kv, const AttentionArgs& args, ThreadPool* pool);
 // The scalar twin (always compiled; for tests).
 void attention_f16_prefill_scalar(const KvLayerView& kv, const AttentionArgs& args, ThreadPool* pool);
 // For tests: an explicit query block size (tokens per task, >= 1; 0 = automatic) and path.
 void attention_f16_prefill_blocked(const KvLayerView& kv, const AttentionArgs& args, ThreadPool* pool,
-                                   int64_t block_tokens, bool scalar);
+                                   int64_t block_tokens, AttnTiledPath path);
+
+// f16 K and V, T == 1: the frozen kernel's decode with these primitives. Same tasks (kv head x
+// chunk of kAttnChunk keys, the GQA group's rows together), same partial states, merged in chunk
+// order with the frozen formulas, so the output equals attention_f16's bit for bit; the rows'
+// merges run in parallel (each row alone, so the split changes nothing).
+//
+// Why it exists: the frozen kernel's primitive set cannot share a K load across two query heads
+// in one 512-bit register (its scores op sees one key and the heads as separate rows), so on
+// AVX-512 it runs at AVX2 width; here the GQA group's rows are interleaved once per chunk.
+void attention_f16_decode(const KvLayerView& kv, const AttentionArgs& args, ThreadPool* pool,
+                          AttnTiledPath path = AttnTiledPath::kBest);
+// The strict tier's f16 attention as the CPU backend runs it: prefill (T > 1) through
+// attention_f16_prefill; decode through attention_f16_decode where the AVX-512 primitives run
+// (measured faster there: docs/results.md 8.6), else through the frozen attention_f16.
+// WEFT_ATTN_F16_DECODE=frozen|tiled forces one decode kernel for a process (A/B runs; the bits
+// are the same either way); any other value is named on stderr and ignored.
+void attention_f16_strict(const KvLayerView& kv, const AttentionArgs& args, ThreadPool* pool);
 
 // ---- Internals shared by attention_f16_prefill.cpp and attention_f16_prefill_avx2.cpp ----
 
@@ -78,5 +99,7 @@ struct AttnF16PrefillOps {
 constexpr int64_t kAttnPrefillKeyBlock = 12;
 
 const AttnF16PrefillOps& attn_f16_prefill_ops_avx2();
+// attention_f16_tiled_avx512.cpp; head sizes not a multiple of 16 fall back to the AVX2 set.
+const AttnF16PrefillOps& attn_f16_prefill_ops_avx512();
 
 }  // namespace weft

@@ -23,6 +23,7 @@
 #include "core/dtype.h"
 #include "kernels/cpu/attention_quant.h"
 #include "kernels/cpu/kv_quant.h"
+#include "kernels/cpu/spread_prefetch.h"
 
 namespace weft {
 
@@ -76,8 +77,14 @@ void scores_rows(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const 
                  float* s) {
   alignas(32) float out[8];
   const __m256 sc = _mm256_set1_ps(scale);
+  // Each key brings in the row kPrefetchKeys ahead (spread_prefetch.h says why: not as a burst).
+  constexpr int64_t kPrefetchKeys = 16;
   for (int64_t j = 0; j < n; ++j) {
     const uint8_t* row = kv.k_row(g, k0 + j);
+    if (j + kPrefetchKeys < n) {
+      const char* ahead = reinterpret_cast<const char*>(kv.k_row(g, k0 + j + kPrefetchKeys));
+      for (size_t b = 0; b < kv.k_row_bytes; b += 64) __builtin_prefetch(ahead + b, 0, 2);
+    }
     for (int64_t h0 = 0; h0 < q.group; h0 += 8) {
       _mm256_store_ps(out, _mm256_mul_ps(scores_tile<kQ4>(row, q.tiles + (h0 / 8) * q.nb, q.nb), sc));
       for (int64_t h = 0; h < 8 && h0 + h < q.group; ++h) s[(h0 + h) * n + j] = out[h];
@@ -134,9 +141,14 @@ void accumulate_v_rows_q8(const KvLayerView& kv, int64_t g, int64_t k0, int64_t 
   constexpr int64_t kTile = 32;
   const int64_t hd = kv.head_dim;
   const BlockQ8_0* rows[kTile];
+  const BlockQ8_0* next[kTile];
+  for (int64_t j = 0; j < std::min(kTile, n); ++j) next[j] = reinterpret_cast<const BlockQ8_0*>(kv.v_row(g, k0 + j));
   for (int64_t j0 = 0; j0 < n; j0 += kTile) {
-    const int64_t nt = std::min(kTile, n - j0);
-    for (int64_t j = 0; j < nt; ++j) rows[j] = reinterpret_cast<const BlockQ8_0*>(kv.v_row(g, k0 + j0 + j));
+    const int64_t nt = std::min(kTile, n - j0), nn = std::min(kTile, n - j0 - nt);
+    std::copy(next, next + nt, rows);
+    for (int64_t j = 0; j < nn; ++j) next[j] = reinterpret_cast<const BlockQ8_0*>(kv.v_row(g, k0 + j0 + nt + j));
+    // The next tile's rows, one line per row step of this tile's passes (spread_prefetch.h).
+    SpreadPrefetch<BlockQ8_0> pf(next, nn, int64_t(kv.v_row_bytes));
     for (int64_t b = 0; b < hd / 32; ++b) {
       __m512 a0[NH], a1[NH];
 #pragma GCC unroll 8
@@ -145,6 +157,7 @@ void accumulate_v_rows_q8(const KvLayerView& kv, int64_t g, int64_t k0, int64_t 
         a1[i] = _mm512_loadu_ps(acc + i * hd + 32 * b + 16);
       }
       for (int64_t j = 0; j < nt; ++j) {
+        pf.step(1);
         const BlockQ8_0* blk = rows[j] + b;
         const __m512 d = _mm512_set1_ps(_cvtsh_ss(blk->d));
         const __m256i q = load32(blk->qs);
