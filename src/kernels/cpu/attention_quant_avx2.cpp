@@ -94,8 +94,14 @@ void scores_rows(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const 
                  float* s) {
   alignas(32) float out[8];
   const __m256 sc = _mm256_set1_ps(scale);
+  // Each key brings in the row kPrefetchKeys ahead (spread_prefetch.h says why: not as a burst).
+  constexpr int64_t kPrefetchKeys = 16;
   for (int64_t j = 0; j < n; ++j) {
     const uint8_t* row = kv.k_row(g, k0 + j);
+    if (j + kPrefetchKeys < n) {
+      const char* ahead = reinterpret_cast<const char*>(kv.k_row(g, k0 + j + kPrefetchKeys));
+      for (size_t b = 0; b < kv.k_row_bytes; b += 64) __builtin_prefetch(ahead + b, 0, 2);
+    }
     for (int64_t h0 = 0; h0 < q.group; h0 += 8) {
       _mm256_store_ps(out, _mm256_mul_ps(scores_tile<kQ4>(row, q.tiles + (h0 / 8) * q.nb, q.nb), sc));
       for (int64_t h = 0; h < 8 && h0 + h < q.group; ++h) s[(h0 + h) * n + j] = out[h];
