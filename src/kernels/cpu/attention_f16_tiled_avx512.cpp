@@ -32,11 +32,17 @@ namespace weft {
 
 namespace {
 
+// 16 f16 values to f32. (The zero-masked form with every lane set: the same instruction, without
+// the undefined pass-through operand that makes GCC 12 warn -Wmaybe-uninitialized.)
+inline __m512 widen16(const uint16_t* src) {
+  return _mm512_maskz_cvtph_ps(__mmask16(0xffff), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+}
+
 using RowPrefetch = SpreadPrefetch<uint16_t>;  // f16 K / V rows (spread_prefetch.h says why)
 
 void load_f16_row(const uint16_t* src, float* dst, int64_t n) {  // n % 16 == 0
   for (int64_t i = 0; i < n; i += 16)
-    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+    _mm512_storeu_ps(dst + i, widen16(src + i));
 }
 
 // Four accumulators, each two rows' 8 lane sums, to their eight dot products in the frozen
@@ -170,23 +176,25 @@ void scores_avx512(const float* q, int64_t rows, const uint16_t* const* k_rows, 
 template <int H, int V, bool kFromRows>
 void pv_tile(const float* vb, int64_t w, const uint16_t* const* v_rows, int64_t d, const int64_t* n_row,
              int64_t j0, int64_t j1, const float* p, int64_t p_stride, float* acc, int64_t hd, RowPrefetch& pf) {
-  int64_t n_lo = std::min(j1, n_row[0]), n_hi = n_lo;
+  // Key indices are below kAttnChunk: int keeps GCC from reasoning about pointer overflow at
+  // 2^58 iterations (-Waggressive-loop-optimizations) in the vbuf form.
+  int n_lo = int(std::min(j1, n_row[0])), n_hi = n_lo;
   for (int h = 1; h < H; ++h) {
-    n_lo = std::min(n_lo, std::min(j1, n_row[h]));
-    n_hi = std::max(n_hi, std::min(j1, n_row[h]));
+    n_lo = std::min(n_lo, int(std::min(j1, n_row[h])));
+    n_hi = std::max(n_hi, int(std::min(j1, n_row[h])));
   }
   __m512 a[H][V];
 #pragma GCC unroll 16
   for (int h = 0; h < H; ++h)
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) a[h][v] = j0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + h * hd + 16 * v);
-  auto slice = [&](int64_t j, int v) {
+  auto slice = [&](int j, int v) {
     if constexpr (kFromRows)
-      return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v_rows[j] + d + 16 * v)));
+      return widen16(v_rows[j] + d + 16 * v);
     else
       return _mm512_loadu_ps(vb + j * w + 16 * v);
   };
-  for (int64_t j = j0; j < n_lo; ++j) {
+  for (int j = int(j0); j < n_lo; ++j) {
     pf.step(1);
     __m512 x[V];
 #pragma GCC unroll 4
@@ -198,7 +206,7 @@ void pv_tile(const float* vb, int64_t w, const uint16_t* const* v_rows, int64_t 
       for (int v = 0; v < V; ++v) a[h][v] = _mm512_fmadd_ps(pj, x[v], a[h][v]);
     }
   }
-  for (int64_t j = std::max(j0, n_lo); j < n_hi; ++j) {
+  for (int j = std::max(int(j0), n_lo); j < n_hi; ++j) {
     __m512 x[V];
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) x[v] = slice(j, v);
@@ -267,8 +275,7 @@ void accumulate_v_avx512(const uint16_t* const* v_rows, const int64_t* n_row, in
   // serves every row tile (near-equal heights: 20 rows -> 7, 7, 6).
   for (int64_t d = 0; d < hd; d += 16) {
     for (int64_t j = 0; j < n_max; ++j)
-      _mm512_storeu_ps(vbuf + j * 16,
-                       _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v_rows[j] + d))));
+      _mm512_storeu_ps(vbuf + j * 16, widen16(v_rows[j] + d));
     for (int64_t i = 0, r = 0; i < n_tiles; ++i) {
       const int64_t h = base + (i < extra ? 1 : 0);
       pv_tile_rows<1, false>(int(h), vbuf, 16, nullptr, 0, n_row + r, 0, n_max, p + r * p_stride, p_stride,
