@@ -72,18 +72,95 @@ inline __m256 scores_tile(const uint8_t* row, const AttnQTile* tile, int64_t nb)
   return acc;
 }
 
+// The same for two keys at once in 512-bit registers: lanes 0-7 are key a's 8 heads, lanes 8-15
+// key b's. Each lane's integer dot and its one fma per block are the one-key form's, so the bits
+// are too; what halves is the count of vpdpbusd (and of group broadcasts: one vpermd picks a
+// 4-code group of each key from the two keys' codes side by side).
+inline __m512i key_codes(const uint8_t* row_a, const uint8_t* row_b, int64_t b, bool q4, float* dk_a, float* dk_b) {
+  __m256i ka, kb;
+  if (q4) {
+    const BlockQ4_0& a = reinterpret_cast<const BlockQ4_0*>(row_a)[b];
+    const BlockQ4_0& c = reinterpret_cast<const BlockQ4_0*>(row_b)[b];
+    const __m128i low4 = _mm_set1_epi8(0x0f);
+    const __m128i ra = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.qs));
+    const __m128i rc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(c.qs));
+    ka = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(ra, 4), low4), _mm_and_si128(ra, low4));
+    kb = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(rc, 4), low4), _mm_and_si128(rc, low4));
+    *dk_a = _cvtsh_ss(a.d);
+    *dk_b = _cvtsh_ss(c.d);
+  } else {
+    const BlockQ8_0& a = reinterpret_cast<const BlockQ8_0*>(row_a)[b];
+    const BlockQ8_0& c = reinterpret_cast<const BlockQ8_0*>(row_b)[b];
+    ka = _mm256_xor_si256(load32(a.qs), _mm256_set1_epi8(char(0x80)));
+    kb = _mm256_xor_si256(load32(c.qs), _mm256_set1_epi8(char(0x80)));
+    *dk_a = _cvtsh_ss(a.d);
+    *dk_b = _cvtsh_ss(c.d);
+  }
+  return _mm512_inserti64x4(_mm512_castsi256_si512(ka), kb, 1);
+}
+
+template <bool kQ4>
+inline __m512 scores_tile2(const uint8_t* row_a, const uint8_t* row_b, const AttnQTile* tile, int64_t nb) {
+  // idx[c]: dword c of key a's codes in lanes 0-7, dword 8 + c (key b's) in lanes 8-15.
+  __m512i idx[8];
+#pragma GCC unroll 8
+  for (int c = 0; c < 8; ++c)
+    idx[c] = _mm512_inserti64x4(_mm512_set1_epi32(c), _mm256_set1_epi32(8 + c), 1);
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const AttnQTile& t = tile[b];
+    float dk_a, dk_b;
+    const __m512i ku = key_codes(row_a, row_b, b, kQ4, &dk_a, &dk_b);
+    __m512i d0 = _mm512_broadcast_i64x4(load32(kQ4 ? t.bias8 : t.bias128)), d1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      d0 = _mm512_dpbusd_epi32(d0, _mm512_permutexvar_epi32(idx[c], ku), _mm512_broadcast_i64x4(load32(t.qt[c])));
+      d1 = _mm512_dpbusd_epi32(d1, _mm512_permutexvar_epi32(idx[c + 4], ku),
+                               _mm512_broadcast_i64x4(load32(t.qt[c + 4])));
+    }
+    const __m256 dq = _mm256_loadu_ps(t.d);
+    const __m512 scale = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_mul_ps(dq, _mm256_set1_ps(dk_a))),
+                                            _mm256_mul_ps(dq, _mm256_set1_ps(dk_b)), 1);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1)), scale, acc);
+  }
+  return acc;
+}
+
 template <bool kQ4>
 void scores_rows(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const AttnGroupQuery& q, float scale,
                  float* s) {
   alignas(32) float out[8];
   const __m256 sc = _mm256_set1_ps(scale);
   // Each key brings in the row kPrefetchKeys ahead (spread_prefetch.h says why: not as a burst).
-  constexpr int64_t kPrefetchKeys = 16;
-  for (int64_t j = 0; j < n; ++j) {
-    const uint8_t* row = kv.k_row(g, k0 + j);
+  constexpr int64_t kPrefetchKeys = 16, kVFirstRows = 32;
+  auto prefetch_for = [&](int64_t j) {
     if (j + kPrefetchKeys < n) {
       const char* ahead = reinterpret_cast<const char*>(kv.k_row(g, k0 + j + kPrefetchKeys));
       for (size_t b = 0; b < kv.k_row_bytes; b += 64) __builtin_prefetch(ahead + b, 0, 2);
+    }
+    // And the V rows that p·v reads first (its first 32-row tile; it prefetches the rest itself).
+    if (j < kVFirstRows) {
+      const char* v = reinterpret_cast<const char*>(kv.v_row(g, k0 + j));
+      for (size_t b = 0; b < kv.v_row_bytes; b += 64) __builtin_prefetch(v + b, 0, 2);
+    }
+  };
+  for (int64_t j = 0; j < n; ++j) {
+    const uint8_t* row = kv.k_row(g, k0 + j);
+    prefetch_for(j);
+    if (j + 1 < n) {  // two keys per pass
+      prefetch_for(j + 1);
+      const uint8_t* row_b = kv.k_row(g, k0 + j + 1);
+      alignas(64) float out2[16];
+      for (int64_t h0 = 0; h0 < q.group; h0 += 8) {
+        _mm512_store_ps(out2, _mm512_mul_ps(scores_tile2<kQ4>(row, row_b, q.tiles + (h0 / 8) * q.nb, q.nb),
+                                            _mm512_set1_ps(scale)));
+        for (int64_t h = 0; h < 8 && h0 + h < q.group; ++h) {
+          s[(h0 + h) * n + j] = out2[h];
+          s[(h0 + h) * n + j + 1] = out2[8 + h];
+        }
+      }
+      ++j;
+      continue;
     }
     for (int64_t h0 = 0; h0 < q.group; h0 += 8) {
       _mm256_store_ps(out, _mm256_mul_ps(scores_tile<kQ4>(row, q.tiles + (h0 / 8) * q.nb, q.nb), sc));
