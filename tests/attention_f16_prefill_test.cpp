@@ -23,6 +23,7 @@
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/row_max.h"
 
 namespace weft {
 namespace {
@@ -220,6 +221,26 @@ TEST(AttentionF16Decode, LongContextsOddHeadsAndPeakyScores) {
   check_decode({1, 300, 72, 1, 3, 16, 1.0f}, rng, true);       // hd % 16 == 8: AVX2 fallback
   check_decode({1, 90, 20, 3, 1, 256, 2.0f}, rng, true);       // hd % 8 != 0: scalar tails
   check_decode({1, 1000, 256, 1, 16, 256, 1.0f}, rng, false);  // two row tiles
+}
+
+// row_max against the loop it replaces, on rows with NaNs (first and later), infinities and
+// zeros of both signs: the same bits, except that a zero max may carry the other sign (which no
+// output can see: see row_max.h).
+TEST(RowMax, EqualsTheSequentialLoop) {
+  std::mt19937_64 rng(test_seed() + 4);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::uniform_int_distribution<int> pick(0, 9);
+  const float specials[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f};
+  for (int trial = 0; trial < 4000; ++trial) {
+    const int64_t n = 1 + trial % 41;
+    std::vector<float> s(static_cast<size_t>(n));
+    for (auto& x : s) x = pick(rng) == 0 ? specials[pick(rng) % 5] : (pick(rng) < 3 ? 0.0f : nd(rng));
+    float m = s[0];
+    for (int64_t j = 1; j < n; ++j) m = std::max(m, s[size_t(j)]);
+    const float got = row_max(s.data(), n);
+    if (m == 0.0f && got == 0.0f) continue;
+    EXPECT_EQ(0, std::memcmp(&m, &got, 4)) << "n " << n << " trial " << trial << ": " << m << " vs " << got;
+  }
 }
 
 double time_ms(const std::function<void()>& fn) {

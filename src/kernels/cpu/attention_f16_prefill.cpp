@@ -16,6 +16,7 @@
 #include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/row_max.h"
 #include "kernels/cpu/spread_prefetch.h"
 
 namespace weft {
@@ -66,8 +67,7 @@ const AttnF16PrefillOps kScalarOps = {scores_scalar, accumulate_v_scalar};
 // `each_exp` runs once per exp (decode uses it to spread prefetches over the libm calls).
 template <typename EachExp>
 void softmax_chunk(float* s, int64_t n, float* m_out, float* l_out, EachExp each_exp) {
-  float m = s[0];
-  for (int64_t j = 1; j < n; ++j) m = std::max(m, s[j]);
+  const float m = row_max(s, n);
   float l = 0;
   for (int64_t j = 0; j < n; ++j) {
     each_exp();

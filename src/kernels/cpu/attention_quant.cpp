@@ -11,6 +11,7 @@
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/kv_quant.h"
+#include "kernels/cpu/row_max.h"
 
 namespace weft {
 
@@ -167,8 +168,7 @@ void chunk_partial(const AttnQuantOps& o, const KvLayerView& kv, int64_t g, int6
     }
   }
   for (int64_t i = 0; i < group; ++i) {
-    float m = s[i * n];
-    for (int64_t j = 1; j < n; ++j) m = std::max(m, s[i * n + j]);
+    const float m = row_max(s + i * n, n);
     out.m[i] = m;
     out.l[i] = o.exp_sum(s + i * n, n, m);
   }
