@@ -325,8 +325,11 @@ TEST(BenchBatchModel, PredictionWithComputeBracketsTheByteModel) {
   EXPECT_DOUBLE_EQ(lab::predicted_speedup_with_compute(8, 0.1, 0.0, 100.0, 200.0, 0.0), 8.0 * 100.0 / 200.0);
   // All compute at B = 1: B · C(1) / C(B), whatever the bytes.
   EXPECT_DOUBLE_EQ(lab::predicted_speedup_with_compute(4, 0.02, 0.02, 100.0, 900.0, 0.05), 4.0 * 0.02 / 0.05);
-  // Compute above the measured step (a probe faster than the step): the memory part is floored at 0.
-  EXPECT_DOUBLE_EQ(lab::predicted_speedup_with_compute(2, 0.01, 0.03, 1.0, 1.0, 0.04), 2.0 * 0.01 / 0.04);
+  // Compute above the measured step (the probe overestimates it): both compute figures scaled by
+  // t1 / c1, so batch 1 predicts exactly 1 and batch B predicts B · C(1) / C(B).
+  EXPECT_DOUBLE_EQ(lab::predicted_speedup_with_compute(2, 0.01, 0.03, 1.0, 1.0, 0.04), 2.0 * 0.03 / 0.04);
+  EXPECT_DOUBLE_EQ(lab::predicted_speedup_with_compute(1, 0.01, 0.03, 1.0, 1.0, 0.03), 1.0);
+  EXPECT_DOUBLE_EQ(lab::predicted_speedup_with_compute(1, 0.0123, 0.0371, 5.0, 5.0, 0.0371), 1.0);
   // Mixed: memory 0.06 s scaled by 1.5, plus compute 0.1 s.
   EXPECT_NEAR(lab::predicted_speedup_with_compute(8, 0.08, 0.02, 100.0, 150.0, 0.1), 8.0 * 0.08 / (0.09 + 0.1), 1e-12);
   // Never above the byte model when compute grows at least as fast as the rows.

@@ -61,6 +61,13 @@ void add_compute_side(Backend& backend, const Model& model, const Footprint& fp,
 
 double predicted_speedup_with_compute(int64_t batch, double t1, double c1, double bytes_1, double bytes_b,
                                       double c_b) {
+  if (c1 > t1) {
+    // The compute seconds come from a probe of the matmuls' rate, not from the step; a probe
+    // that puts batch 1's compute above batch 1's whole measured step overestimates it, so every
+    // compute estimate is scaled by t1 / c1 (batch 1 then predicts exactly 1, as it must).
+    c_b *= t1 / c1;
+    c1 = t1;
+  }
   const double memory = std::max(0.0, t1 - c1) * bytes_b / bytes_1;
   return double(batch) * t1 / (memory + c_b);
 }

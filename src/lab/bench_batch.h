@@ -68,8 +68,9 @@ struct BatchRunOptions {
 };
 
 // The second prediction of the header comment: B · t1 / ((t1 − c1) · bytes_b / bytes_1 + c_b), where
-// t1 is the measured step time at B = 1, c1 / c_b the compute seconds per step at 1 and B rows;
-// t1 − c1 is floored at 0 (a step that is compute bound already at B = 1).
+// t1 is the measured step time at B = 1, c1 / c_b the compute seconds per step at 1 and B rows.
+// Where c1 > t1 (the probe overestimates the compute: it cannot exceed the whole step) both
+// compute figures are scaled by t1 / c1, so B = 1 predicts 1 and B predicts B · c1 / c_b.
 double predicted_speedup_with_compute(int64_t batch, double t1, double c1, double bytes_1, double bytes_b,
                                       double c_b);
 
