@@ -721,5 +721,18 @@ TEST(MatmulBoundaryEnv, UnknownFewTokensValueIsSaid) {
   }
 }
 
+// The strict f16 decode-kernel switch: an unknown value is named and ignored, the two known ones
+// pass silently (the bits are the same either way: attention_f16_prefill_test).
+TEST(AttentionF16DecodeEnv, UnknownValueIsSaid) {
+  std::string out;
+  const std::string run = " " + test::weft_binary() + " generate --prompt Once -n 2";
+  ASSERT_EQ(test::run_command("WEFT_ATTN_F16_DECODE=fast" + run, &out), 0) << out;
+  EXPECT_NE(out.find("WEFT_ATTN_F16_DECODE=fast is not frozen or tiled"), std::string::npos) << out;
+  for (const char* v : {"frozen", "tiled"}) {
+    ASSERT_EQ(test::run_command(std::string("WEFT_ATTN_F16_DECODE=") + v + run, &out), 0) << out;
+    EXPECT_EQ(out.find("WEFT_ATTN_F16_DECODE"), std::string::npos) << out;
+  }
+}
+
 }  // namespace
 }  // namespace weft

@@ -1,6 +1,7 @@
-// Query-block-tiled prefill attention over an f16 KV cache, bit-identical to attention_f16 (see
-// attention_f16_prefill.h): the task loop, softmax and chunk merges, plus the scalar twins of
-// the two vector primitives. This file is built without -mfma on purpose: the softmax and the
+// Tiled attention over an f16 KV cache, bit-identical to attention_f16 (see
+// attention_f16_prefill.h): the task loops of prefill (query blocks) and decode (the frozen
+// kernel's kv head x chunk tasks), softmax and chunk merges, the strict tier's choice between the
+// decode twin and the frozen kernel, plus the scalar twins of the two vector primitives. This file is built without -mfma on purpose: the softmax and the
 // merge formulas must round exactly as attention_f16.cpp's (multiply, then add).
 #include "kernels/cpu/attention_f16_prefill.h"
 
@@ -93,10 +94,35 @@ void merge_into(float* m1, float* l1, float* acc1, float m2, float l2, const flo
 // 64 rows ~7% faster than 32.
 constexpr int64_t kRowsPerTask = 64;
 
+template <typename V>
+void grow(V& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+// Per-thread scratch of a task. Decode tasks use the chunk part (s .. v_rows); prefill tasks also
+// the block's query rows and running states (q, acc, m, l, mc, lc).
 struct Scratch {
   std::vector<float> q, s, acc, kbuf, vbuf, m, l, mc, lc;
   std::vector<int64_t> n_row;
   std::vector<const uint16_t*> k_rows, v_rows;
+
+  // What one chunk of keys needs for `rows` query rows: their scores, the widened K block and V
+  // slices, their key counts and the chunk's row pointers.
+  void reserve_chunk(int64_t rows, int64_t hd) {
+    grow(s, size_t(rows * kAttnChunk));
+    grow(kbuf, size_t(kAttnPrefillKeyBlock * hd));
+    grow(vbuf, size_t(std::max<int64_t>(kAttnChunk * 16, hd)));
+    grow(n_row, size_t(rows));
+    grow(k_rows, size_t(kAttnChunk));
+    grow(v_rows, size_t(kAttnChunk));
+  }
+  // k_rows / v_rows = keys [k0, k0 + n) of kv head g.
+  void point_at_rows(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) {
+      k_rows[size_t(j)] = reinterpret_cast<const uint16_t*>(kv.k_row(g, k0 + j));
+      v_rows[size_t(j)] = reinterpret_cast<const uint16_t*>(kv.v_row(g, k0 + j));
+    }
+  }
 };
 
 Scratch& thread_scratch() {
@@ -124,21 +150,13 @@ void run(const KvLayerView& kv, const AttentionArgs& a, ThreadPool* pool, int64_
     const int64_t t0 = b * bq, nt = std::min(a.T, t0 + bq) - t0, rows = nt * group;
     const int64_t n_keys_max = a.pos0 + t0 + nt;
     Scratch& sc = thread_scratch();
-    auto grow = [](auto& v, size_t n) {
-      if (v.size() < n) v.resize(n);
-    };
+    sc.reserve_chunk(rows, hd);
     grow(sc.q, size_t(rows * hd));
-    grow(sc.s, size_t(rows * kAttnChunk));
     grow(sc.acc, size_t(rows * hd));
-    grow(sc.kbuf, size_t(kAttnPrefillKeyBlock * hd));
-    grow(sc.vbuf, size_t(std::max<int64_t>(kAttnChunk * 16, hd)));
     grow(sc.m, size_t(rows));
     grow(sc.l, size_t(rows));
     grow(sc.mc, size_t(rows));
     grow(sc.lc, size_t(rows));
-    grow(sc.n_row, size_t(rows));
-    grow(sc.k_rows, size_t(kAttnChunk));
-    grow(sc.v_rows, size_t(kAttnChunk));
     // Row r = tt · group + i: query token t0 + tt, head g · group + i.
     for (int64_t tt = 0; tt < nt; ++tt)
       std::memcpy(sc.q.data() + tt * group * hd, a.q + ((t0 + tt) * a.n_heads + g * group) * hd,
@@ -149,10 +167,7 @@ void run(const KvLayerView& kv, const AttentionArgs& a, ThreadPool* pool, int64_
       const int64_t k0 = c * kAttnChunk, k1 = std::min(n_keys_max, k0 + kAttnChunk), n = k1 - k0;
       // Tokens before tt_first have no key in this chunk (it starts past their causal end).
       const int64_t tt_first = std::max<int64_t>(0, k0 - a.pos0 - t0), r0 = tt_first * group;
-      for (int64_t j = 0; j < n; ++j) {
-        sc.k_rows[size_t(j)] = reinterpret_cast<const uint16_t*>(kv.k_row(g, k0 + j));
-        sc.v_rows[size_t(j)] = reinterpret_cast<const uint16_t*>(kv.v_row(g, k0 + j));
-      }
+      sc.point_at_rows(kv, g, k0, n);
       // Start bringing the chunk's K and V rows from memory / L3 towards L2 before they are read.
       for (int64_t j = 0; j < n; ++j)
         for (int64_t b = 0; b < hd * 2; b += 64) {
@@ -194,13 +209,6 @@ const AttnF16PrefillOps& ops_for(AttnTiledPath path) {
   return attn_f16_prefill_ops_avx2();
 }
 
-// Per-thread scratch of one decode task: scores [group][kAttnChunk], widened K rows, V slices.
-struct DecodeScratch {
-  std::vector<float> s, kbuf, vbuf;
-  std::vector<int64_t> n_row;
-  std::vector<const uint16_t*> k_rows, v_rows;
-};
-
 }  // namespace
 
 void attention_f16_prefill_blocked(const KvLayerView& kv, const AttentionArgs& args, ThreadPool* pool,
@@ -234,20 +242,9 @@ void attention_f16_decode(const KvLayerView& kv, const AttentionArgs& a, ThreadP
   auto task = [&](int64_t idx) {
     const int64_t g = idx / n_chunks, c = idx % n_chunks;
     const int64_t k0 = c * kAttnChunk, n = std::min(n_keys, k0 + kAttnChunk) - k0;
-    thread_local DecodeScratch sc;
-    auto grow = [](auto& v, size_t size) {
-      if (v.size() < size) v.resize(size);
-    };
-    grow(sc.s, size_t(group * kAttnChunk));
-    grow(sc.kbuf, size_t(kAttnPrefillKeyBlock * hd));
-    grow(sc.vbuf, size_t(std::max<int64_t>(kAttnChunk * 16, hd)));
-    grow(sc.n_row, size_t(group));
-    grow(sc.k_rows, size_t(kAttnChunk));
-    grow(sc.v_rows, size_t(kAttnChunk));
-    for (int64_t j = 0; j < n; ++j) {
-      sc.k_rows[size_t(j)] = reinterpret_cast<const uint16_t*>(kv.k_row(g, k0 + j));
-      sc.v_rows[size_t(j)] = reinterpret_cast<const uint16_t*>(kv.v_row(g, k0 + j));
-    }
+    Scratch& sc = thread_scratch();
+    sc.reserve_chunk(group, hd);
+    sc.point_at_rows(kv, g, k0, n);
     std::fill(sc.n_row.begin(), sc.n_row.begin() + group, n);
     float* part = partials + idx * stride;
     float* s = sc.s.data();

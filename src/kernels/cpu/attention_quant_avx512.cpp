@@ -4,8 +4,8 @@
 //    nibbles) and broadcast 4 codes at a time into one vpdpbusd against those 4 codes of all 8
 //    heads (the query tile's qt layout), starting from the tile's bias (-128·Σq or -8·Σq), so
 //    each lane ends with that head's exact signed dot; then the AVX2 set's cvt and fma per block.
-//    8 vpdpbusd per block and row for 8 heads, where the earlier form (kept bit-compatible with a
-//    per-head float accumulator) needed a sign, a vpdpbusd, a cvt and an fma per head.
+//    Two keys per pass in 512-bit registers (lanes 8-15 the second key's heads): 8 vpdpbusd per
+//    block for two keys and 8 heads.
 //  * p·v: one 512-bit register holds 16 dims of one head, and all heads of a GQA group (up to 8)
 //    stay in registers over the tile's rows, so each V row is loaded once per 16 dims instead of
 //    once per 4 heads. Every acc[i][d] still takes fma(p[i][j], v[j][d], acc[i][d]) in j order:
@@ -18,7 +18,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "core/dtype.h"
 #include "kernels/cpu/attention_quant.h"
@@ -31,51 +30,13 @@ namespace {
 
 inline __m256i load32(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
-// Scores of up to 8 heads (one tile) against one key row, lanes = heads. Per block the key's 32
-// codes, made unsigned (q8_0: + 128 as an xor; q4_0: the nibbles), are stored once; each 4-code
-// group is broadcast and meets the same 4 codes of all 8 heads in one vpdpbusd, starting from the
-// tile's bias (-128·Σq or -8·Σq), so the lanes end with the exact signed dot of each head. Two
-// chains of four (integer: exact whichever way they are summed), then the scalar twin's one fma
-// per block.
-template <bool kQ4>
-inline __m256 scores_tile(const uint8_t* row, const AttnQTile* tile, int64_t nb) {
-  alignas(32) uint8_t ku[32];
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const AttnQTile& t = tile[b];
-    float dk;
-    __m256i d0;
-    if constexpr (kQ4) {
-      const BlockQ4_0& k = reinterpret_cast<const BlockQ4_0*>(row)[b];
-      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(k.qs)), low4 = _mm_set1_epi8(0x0f);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(ku),
-                         _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low4), _mm_and_si128(raw, low4)));
-      d0 = load32(t.bias8);
-      dk = _cvtsh_ss(k.d);
-    } else {
-      const BlockQ8_0& k = reinterpret_cast<const BlockQ8_0*>(row)[b];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(ku), _mm256_xor_si256(load32(k.qs), _mm256_set1_epi8(char(0x80))));
-      d0 = load32(t.bias128);
-      dk = _cvtsh_ss(k.d);
-    }
-    __m256i d1 = _mm256_setzero_si256();
-    int32_t groups[8];
-    std::memcpy(groups, ku, 32);
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) {
-      d0 = _mm256_dpbusd_epi32(d0, _mm256_set1_epi32(groups[c]), load32(t.qt[c]));
-      d1 = _mm256_dpbusd_epi32(d1, _mm256_set1_epi32(groups[c + 4]), load32(t.qt[c + 4]));
-    }
-    const __m256 scale = _mm256_mul_ps(_mm256_loadu_ps(t.d), _mm256_set1_ps(dk));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(d0, d1)), scale, acc);
-  }
-  return acc;
-}
-
-// The same for two keys at once in 512-bit registers: lanes 0-7 are key a's 8 heads, lanes 8-15
-// key b's. Each lane's integer dot and its one fma per block are the one-key form's, so the bits
-// are too; what halves is the count of vpdpbusd (and of group broadcasts: one vpermd picks a
-// 4-code group of each key from the two keys' codes side by side).
+// Scores of up to 8 heads (one tile) against two key rows, lanes = heads: lanes 0-7 are key a's
+// 8 heads, lanes 8-15 key b's. Per block each key's 32 codes are made unsigned (q8_0: + 128 as an
+// xor; q4_0: the nibbles); each 4-code group of both keys is picked by one vpermd and meets the
+// same 4 codes of all 8 heads in one vpdpbusd, starting from the tile's bias (-128·Σq or -8·Σq),
+// so the lanes end with the exact signed dot of each head. Two chains of four (integer: exact
+// whichever way they are summed), then the scalar twin's one fma per block. A lone last key runs
+// as both a and b (its upper lanes are dropped).
 inline __m512i key_codes(const uint8_t* row_a, const uint8_t* row_b, int64_t b, bool q4, float* dk_a, float* dk_b) {
   __m256i ka, kb;
   if (q4) {
@@ -129,8 +90,7 @@ inline __m512 scores_tile2(const uint8_t* row_a, const uint8_t* row_b, const Att
 template <bool kQ4>
 void scores_rows(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const AttnGroupQuery& q, float scale,
                  float* s) {
-  alignas(32) float out[8];
-  const __m256 sc = _mm256_set1_ps(scale);
+  alignas(64) float out[16];
   // Each key brings in the row kPrefetchKeys ahead (spread_prefetch.h says why: not as a burst).
   constexpr int64_t kPrefetchKeys = 16, kVFirstRows = 32;
   auto prefetch_for = [&](int64_t j) {
@@ -147,25 +107,18 @@ void scores_rows(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const 
   for (int64_t j = 0; j < n; ++j) {
     const uint8_t* row = kv.k_row(g, k0 + j);
     prefetch_for(j);
-    if (j + 1 < n) {  // two keys per pass
-      prefetch_for(j + 1);
-      const uint8_t* row_b = kv.k_row(g, k0 + j + 1);
-      alignas(64) float out2[16];
-      for (int64_t h0 = 0; h0 < q.group; h0 += 8) {
-        _mm512_store_ps(out2, _mm512_mul_ps(scores_tile2<kQ4>(row, row_b, q.tiles + (h0 / 8) * q.nb, q.nb),
-                                            _mm512_set1_ps(scale)));
-        for (int64_t h = 0; h < 8 && h0 + h < q.group; ++h) {
-          s[(h0 + h) * n + j] = out2[h];
-          s[(h0 + h) * n + j + 1] = out2[8 + h];
-        }
-      }
-      ++j;
-      continue;
-    }
+    const bool pair = j + 1 < n;
+    if (pair) prefetch_for(j + 1);
+    const uint8_t* row_b = pair ? kv.k_row(g, k0 + j + 1) : row;
     for (int64_t h0 = 0; h0 < q.group; h0 += 8) {
-      _mm256_store_ps(out, _mm256_mul_ps(scores_tile<kQ4>(row, q.tiles + (h0 / 8) * q.nb, q.nb), sc));
-      for (int64_t h = 0; h < 8 && h0 + h < q.group; ++h) s[(h0 + h) * n + j] = out[h];
+      _mm512_store_ps(out, _mm512_mul_ps(scores_tile2<kQ4>(row, row_b, q.tiles + (h0 / 8) * q.nb, q.nb),
+                                         _mm512_set1_ps(scale)));
+      for (int64_t h = 0; h < 8 && h0 + h < q.group; ++h) {
+        s[(h0 + h) * n + j] = out[h];
+        if (pair) s[(h0 + h) * n + j + 1] = out[8 + h];
+      }
     }
+    if (pair) ++j;
   }
 }
 

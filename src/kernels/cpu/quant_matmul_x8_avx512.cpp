@@ -72,8 +72,9 @@ inline void scale_by_tokens(const uint8_t* p, const BlockQ8_K* const* xb, int64_
 // column's bytes kColumnAhead ahead (one block's worth per block) keeps more lines in flight than
 // the hardware prefetcher alone: measured on a Xeon with `quant_bench` (N = K = 4096, weights
 // cycled over 128 MiB), before / after alternated at 2 threads: q8_0@x8 20.5-20.8 -> 25.8-26.2
-// GB/s (1 KiB ahead: 23.4; 3 KiB: 25.1; 4 KiB: 23.4), q4_K@x8 20.6-21.0 -> 23.2-23.7; q6_K@x8
-// 23.9-24.0 -> 21.0-21.4, so its form does not use it.
+// GB/s (1 KiB ahead: 23.4; 3 KiB: 25.1; 4 KiB: 23.4), q4_K@x8 20.6-21.0 -> 23.2-23.7. q6_K's form
+// is left without it: no gain was shown there (q6_K@x8 read 20-21 GB/s with and without it in
+// the after tree, 23-24 in the tree before, where it runs after q8_0@x8 in the same process).
 constexpr size_t kColumnAhead = 2048;
 template <size_t kColumn>
 inline void prefetch_ahead(const uint8_t* col) {
@@ -196,7 +197,7 @@ void dot_group_one_q6_K(const uint8_t* col, const BlockQ8_K* xb, int64_t K, floa
   __m256 acc[8];
 #pragma GCC unroll 8
   for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b, col += kColumn) {  // (no prefetch_ahead: measured 0.89x here)
+  for (int64_t b = 0; b < nb; ++b, col += kColumn) {  // (no prefetch_ahead: see there)
     const BlockQ8_K& x = xb[b];
     const __m256 dv = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(col))),
                                     _mm256_set1_ps(x.d));
