@@ -307,6 +307,13 @@ TEST_P(CudaBackendTest, DownCombineEarlyReadsEqualReadsAfterTheWait) {
   expect_same_bits_both_ways(*model_, "WEFT_CUDA_DOWN_EARLY", "0", "2", 43, 91, 6, 1);
 }
 
+// The one-token products loading their first pass of weights before their PDL wait
+// (WEFT_CUDA_EARLY_WEIGHTS=1) give the bits of loading them after it: decode steps (eager, captured
+// and replayed) and a verify. A product that read an activation before its wait would race here.
+TEST_P(CudaBackendTest, EarlyWeightLoadsEqualLoadsAfterTheWait) {
+  expect_same_bits_both_ways(*model_, "WEFT_CUDA_EARLY_WEIGHTS", "0", "1", 47, 111, 6, 1);
+}
+
 // Programmatic dependent launch (kernels scheduled while their predecessor finishes) changes when
 // kernels run, never what they compute: decode steps (eager, captured and replayed) and three
 // 4-row verifies give the bits of plain launches (WEFT_CUDA_PDL=0). A kernel that read its

@@ -214,6 +214,8 @@ class CudaBackend final : public Backend {
     const char* fuse_gate = std::getenv("WEFT_CUDA_FUSE_GATE");
     fuse_gate_on_ = fuse_on_ && !(fuse_gate && std::string(fuse_gate) == "0");
     cuda::set_pdl_enabled(cuda::pdl_enabled_by_env());  // WEFT_CUDA_PDL=0: plain launches
+    const char* early = std::getenv("WEFT_CUDA_EARLY_WEIGHTS");
+    cuda::set_matvec_early(early && std::string(early) == "1");  // weights loaded before the PDL wait
     WEFT_CUDA_CHECK(cudaSetDevice(0));
     WEFT_CUDA_CHECK(cudaStreamCreate(&stream_));
     recorder_ = std::make_unique<GraphRecorder>(stream_);

@@ -1,5 +1,6 @@
 #include "kernels/cuda/matmul.cuh"
 
+#include <atomic>
 #include <cstdlib>
 #include <string>
 
@@ -163,27 +164,45 @@ __device__ __forceinline__ void unpack8(const Raw8& r, float* out) {
   }
 }
 
+// Groups per lane in one pass of matvec_rows, and a pass's weights as loaded (raw, unpacked at use).
+template <DType D, int R, bool WIDE>
+constexpr int matvec_pass_groups() {
+  return (D == DType::kF32 ? kMatvecGroups / 2 : kMatvecGroups) / R * (WIDE ? 2 : 1);
+}
+template <DType D, int R, bool WIDE>
+struct MatvecPass {
+  Raw8 raw[R][matvec_pass_groups<D, R, WIDE>()];
+};
+// The loads of the pass at k0 (the lane's first column of it) for rows r < n_rows.
+template <DType D, int R, bool WIDE>
+__device__ __forceinline__ void load_pass(MatvecPass<D, R, WIDE>& p, const uint8_t* const* rows, int n_rows, int64_t K,
+                                          int64_t k0) {
+  constexpr int G = matvec_pass_groups<D, R, WIDE>();
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int u = 0; u < G; ++u)
+      if (r < n_rows && k0 + u * 256 < K) p.raw[r][u] = load_raw8<D>(rows[r], k0 + u * 256);
+}
+
 // R weight rows against x, each in the per-element order of the header (R accumulators, each the
 // same fma chain as alone). Every load of a pass (kMatvecGroups groups per lane over the R rows: a
 // whole 2048-column bf16 row per warp when R = 1) is issued before the first fma, so a pass costs
 // one memory round trip; with R = 2 each activation load serves two rows. Rows r >= n_rows are
 // neither read nor summed (their result is garbage and not stored).
 // WIDE (R = 1): twice the groups in flight per pass (a whole 4096-column bf16 row).
-template <DType D, bool SWIGLU, int R, bool WIDE = false>
+// PRE: the first pass's weights were loaded by the caller (load_pass at lane·8, e.g. before its
+// PDL wait) and are in *pre; the same values in the same order, so the same bits.
+template <DType D, bool SWIGLU, int R, bool WIDE = false, bool PRE = false>
 __device__ __forceinline__ void matvec_rows(const uint8_t* const* rows, int n_rows, int64_t K, const float* x,
-                                            int lane, const float* up, float* out) {
+                                            int lane, const float* up, float* out,
+                                            const MatvecPass<D, R, WIDE>* pre = nullptr) {
   static_assert(!WIDE || R == 1, "wide passes for one row per warp");
-  constexpr int G = (D == DType::kF32 ? kMatvecGroups / 2 : kMatvecGroups) / R * (WIDE ? 2 : 1);
+  constexpr int G = matvec_pass_groups<D, R, WIDE>();
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-  for (int64_t k0 = int64_t(lane) * 8; k0 < K; k0 += G * 256) {
-    Raw8 raw[R][G];
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int u = 0; u < G; ++u)
-        if (r < n_rows && k0 + u * 256 < K) raw[r][u] = load_raw8<D>(rows[r], k0 + u * 256);
+  auto pass = [&](const MatvecPass<D, R, WIDE>& p, int64_t k0) {
 #pragma unroll
     for (int u = 0; u < G; ++u) {
       if (k0 + u * 256 >= K) break;
@@ -193,11 +212,21 @@ __device__ __forceinline__ void matvec_rows(const uint8_t* const* rows, int n_ro
       for (int r = 0; r < R; ++r) {
         if (r >= n_rows) break;
         float wv[8];
-        unpack8<D>(raw[r][u], wv);
+        unpack8<D>(p.raw[r][u], wv);
 #pragma unroll
         for (int j = 0; j < 8; ++j) acc[r] = fmaf(wv[j], xv[j], acc[r]);
       }
     }
+  };
+  int64_t k0 = int64_t(lane) * 8;
+  if constexpr (PRE) {
+    pass(*pre, k0);
+    k0 += G * 256;
+  }
+  for (; k0 < K; k0 += G * 256) {
+    MatvecPass<D, R, WIDE> p;
+    load_pass(p, rows, n_rows, K, k0);
+    pass(p, k0);
   }
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -389,7 +418,10 @@ __device__ void route_in_last_block(const RouteTail& t, float* shared) {
   if (threadIdx.x == 0) *t.counter = 0u;
 }
 
-template <DType D, int SW, int R, bool TAIL = false, bool WIDE = false>
+// EARLY: the first pass of weight loads (constant: no kernel writes weights while products run)
+// is issued before pdl_begin's wait, into registers, so the product's first memory round trip
+// overlaps its predecessor's tail instead of following it (cuda::matvec_early). Same bits.
+template <DType D, int SW, int R, bool TAIL = false, bool WIDE = false, bool EARLY = false>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
     matvec_multi_kernel(MatvecJobs jobs, MatvecBlocks blocks, int64_t K, const float* x, const float* up,
                         bool prefetch, RouteTail tail, NormInput norm) {
@@ -403,6 +435,10 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
 #pragma unroll
   for (int r = 0; r < R; ++r)
     rows[r] = static_cast<const uint8_t*>(jobs.w[j]) + size_t(n0 + (r < n_rows ? r : 0)) * jobs.row_bytes[j];
+  MatvecPass<D, R, WIDE> pre;
+  if constexpr (EARLY) {
+    if (n_rows > 0) load_pass(pre, rows, n_rows, K, int64_t(threadIdx.x % 32) * 8);
+  }
   if (prefetch) prefetch_rows<D, R>(rows, n_rows, K, threadIdx.x % 32);
   pdl_begin();
   if constexpr (SW == kSwigluStaged) {
@@ -417,7 +453,7 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
   }
   if (n_rows > 0) {
     float v[R];
-    matvec_rows<D, SW == kSwigluDirect, R, WIDE>(rows, n_rows, K, x, threadIdx.x % 32, up, v);
+    matvec_rows<D, SW == kSwigluDirect, R, WIDE, EARLY>(rows, n_rows, K, x, threadIdx.x % 32, up, v, &pre);
     if (threadIdx.x % 32 == 0)
       for (int r = 0; r < n_rows; ++r) jobs.y[j][n0 + r] = v[r];
   }
@@ -752,6 +788,41 @@ bool route_tail_fits(int64_t n_experts, int64_t k) {
 bool matvec_gate_fits(int64_t K) { return K > 0 && K <= kSwigluStageMax; }
 bool matvec_norm_fits(int64_t K) { return K > 0 && K <= kSwigluStageMax; }
 
+namespace {
+// One matvec_multi launch's arguments, and the launch of its kernel with or without the early
+// weight loads (EARLY is compiled for 2-byte weights and the modes whose input is formed after the
+// wait; elsewhere `early` is ignored: the same kernel either way).
+struct MatvecLaunch {
+  unsigned grid, threads;
+  size_t smem;
+  cudaStream_t stream;
+  const MatvecJobs& jobs;
+  const MatvecBlocks& blocks;
+  int64_t K;
+  const float* x;
+  bool pf;
+  const RouteTail& tail;
+  const NormInput& norm;
+};
+template <DType D, int SW, int R, bool TAIL = false, bool WIDE = false>
+int launch_multi(const MatvecLaunch& l, const float* up, bool early) {
+  if constexpr (D != DType::kF32 && !TAIL && SW != kSwigluDirect) {
+    if (early) {
+      launch_pdl(matvec_multi_kernel<D, SW, R, TAIL, WIDE, true>, l.grid, l.threads, l.smem, l.stream, l.jobs,
+                 l.blocks, l.K, l.x, up, l.pf, l.tail, l.norm);
+      return 0;
+    }
+  }
+  launch_pdl(matvec_multi_kernel<D, SW, R, TAIL, WIDE>, l.grid, l.threads, l.smem, l.stream, l.jobs, l.blocks, l.K,
+             l.x, up, l.pf, l.tail, l.norm);
+  return 0;
+}
+std::atomic<bool> matvec_early_on{false};
+}  // namespace
+
+bool matvec_early() { return matvec_early_on.load(std::memory_order_relaxed); }
+void set_matvec_early(bool on) { matvec_early_on.store(on, std::memory_order_relaxed); }
+
 void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x, cudaStream_t stream,
                   const float* up, const RouteTail* tail, const float* sigmoid_gate, const NormInput* norm) {
   if (sigmoid_gate && (up || tail || !matvec_gate_fits(K)))
@@ -777,17 +848,19 @@ void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x
                                                                     : 0;
   const bool pf = matvec_prefetch();
   const bool wide = R == 1 && K >= kWidePassK && matvec_wide();
+  const bool early = matvec_early();
+  const MatvecLaunch l{grid, threads, smem, stream, jobs, blocks, K, x, pf, t, nin};
   switch (dtype) {
-#define WEFT_MATVEC_R(D, RR)                                                                                          \
-  (mode == kNormStaged     ? (wide ? launch_pdl(matvec_multi_kernel<D, kNormStaged, 1, false, true>, grid, threads, smem, stream, jobs, blocks, K, x, nullptr, pf, t, nin) \
-                                   : launch_pdl(matvec_multi_kernel<D, kNormStaged, RR>, grid, threads, smem, stream, jobs, blocks, K, x, nullptr, pf, t, nin)) \
-   : mode == kGateStaged   ? (wide ? launch_pdl(matvec_multi_kernel<D, kGateStaged, 1, false, true>, grid, threads, smem, stream, jobs, blocks, K, x, up, pf, t, nin) \
-                                   : launch_pdl(matvec_multi_kernel<D, kGateStaged, RR>, grid, threads, smem, stream, jobs, blocks, K, x, up, pf, t, nin)) \
-   : mode == kSwigluStaged ? launch_pdl(matvec_multi_kernel<D, kSwigluStaged, RR>, grid, threads, smem, stream, jobs, blocks, K, x, up, pf, t, nin) \
-   : mode == kSwigluDirect ? launch_pdl(matvec_multi_kernel<D, kSwigluDirect, RR>, grid, threads, 0, stream, jobs, blocks, K, x, up, pf, t, nin) \
-   : tail                  ? launch_pdl(matvec_multi_kernel<D, kPlain, RR, true>, grid, threads, smem, stream, jobs, blocks, K, x, nullptr, pf, t, nin) \
-   : wide                  ? launch_pdl(matvec_multi_kernel<D, kPlain, 1, false, true>, grid, threads, 0, stream, jobs, blocks, K, x, nullptr, pf, t, nin) \
-                           : launch_pdl(matvec_multi_kernel<D, kPlain, RR>, grid, threads, 0, stream, jobs, blocks, K, x, nullptr, pf, t, nin))
+#define WEFT_MATVEC_R(D, RR)                                                                                   \
+  (mode == kNormStaged     ? (wide ? launch_multi<D, kNormStaged, 1, false, true>(l, nullptr, early)         \
+                                   : launch_multi<D, kNormStaged, RR>(l, nullptr, early))                    \
+   : mode == kGateStaged   ? (wide ? launch_multi<D, kGateStaged, 1, false, true>(l, up, early)              \
+                                   : launch_multi<D, kGateStaged, RR>(l, up, early))                         \
+   : mode == kSwigluStaged ? launch_multi<D, kSwigluStaged, RR>(l, up, early)                                \
+   : mode == kSwigluDirect ? launch_multi<D, kSwigluDirect, RR>(l, up, early)                                \
+   : tail                  ? launch_multi<D, kPlain, RR, true>(l, nullptr, early)                            \
+   : wide                  ? launch_multi<D, kPlain, 1, false, true>(l, nullptr, early)                      \
+                           : launch_multi<D, kPlain, RR>(l, nullptr, early))
 #define WEFT_MATVEC(D) (R == 2 ? WEFT_MATVEC_R(D, 2) : WEFT_MATVEC_R(D, 1))
     case DType::kF32: WEFT_MATVEC(DType::kF32); break;
     case DType::kF16: WEFT_MATVEC(DType::kF16); break;

@@ -128,6 +128,14 @@ bool matvec_norm_fits(int64_t K);
 void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x, cudaStream_t stream,
                   const float* up = nullptr, const RouteTail* tail = nullptr, const float* sigmoid_gate = nullptr,
                   const NormInput* norm = nullptr);
+// Whether matvec_multi's products (2-byte weights; not the routing-tail or swiglu-direct forms)
+// issue their first pass of weight loads, a whole 2048-column row per warp, into registers before
+// their PDL wait, so that round trip overlaps the predecessor's tail (the weights are constant
+// while products run; everything another kernel writes is still read after the wait). Off by
+// default; each CUDA backend sets it from WEFT_CUDA_EARLY_WEIGHTS=1 when it is created (so a
+// test can compare both). Same bits either way.
+bool matvec_early();
+void set_matvec_early(bool on);
 
 // True for the weight types this kernel takes.
 bool matmul_supports(DType dtype);
