@@ -1,7 +1,7 @@
 // Tests of the gated delta rule kernels: the chunked form (kernels/cpu/gdn_chunked.h) for accuracy
 // against a float64 recurrence and the token-by-token gdn_recurrent, state carried across calls,
-// and its determinism contract (split invariance at chunk multiples, thread count, AVX2 vs
-// scalar); and gdn_recurrent's AVX2 path against its scalar code, bit for bit.
+// and its determinism contract (split invariance at chunk multiples, thread count, AVX2 and
+// AVX-512 vs scalar); and gdn_recurrent's AVX2 path against its scalar code, bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -292,8 +292,8 @@ TEST(GdnChunked, ThreadCountDoesNotChangeBits) {
   }
 }
 
-TEST(GdnChunked, Avx2MatchesScalarBitForBit) {
-  if (!cpu_features().has_avx2_fma_f16c()) GTEST_SKIP() << "no AVX2";
+// A SIMD path against the scalar twin, whole chunks: outputs and state bit for bit.
+void expect_path_matches_scalar(Kernel simd) {
   const uint32_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   ThreadPool pool2(2);
@@ -302,23 +302,34 @@ TEST(GdnChunked, Avx2MatchesScalarBitForBit) {
     int64_t T;
   };
   for (const Case& cs : {Case{kQwen35, 1}, Case{kQwen35, 65}, Case{kGqa, 1000}, Case{kOdd, 200},
-                         Case{Shape{1, 3, 8, 64}, 130}, Case{Shape{1, 1, 3, 5}, 70}}) {
+                         Case{Shape{1, 3, 8, 64}, 130}, Case{Shape{1, 1, 3, 5}, 70}, Case{Shape{1, 2, 40, 80}, 150}}) {
     Problem p = make_problem(cs.sh, cs.T, seed + uint32_t(cs.T), -8, 0.1f);
     const Result s = run(gdn_chunked_scalar, p);
-    const Result v = run(gdn_chunked_avx2, p, &pool2);
+    const Result v = run(simd, p, &pool2);
     EXPECT_TRUE(same_bits(v.out, s.out)) << "T=" << cs.T << " dk=" << cs.sh.dk;
     EXPECT_TRUE(same_bits(v.state, s.state)) << "T=" << cs.T << " dk=" << cs.sh.dk;
     // Mild decay reaches the exp polynomial over a different range.
     Problem p2 = make_problem(cs.sh, cs.T, seed + 7, -0.05f, 1.0f);
-    EXPECT_TRUE(same_bits(run(gdn_chunked_avx2, p2).out, run(gdn_chunked_scalar, p2).out));
+    EXPECT_TRUE(same_bits(run(simd, p2).out, run(gdn_chunked_scalar, p2).out));
   }
 }
 
-// The primitives on their own: exp over its whole range (and special values), and the product
-// at every tile shape.
-TEST(GdnChunked, PrimitivesAvx2MatchScalar) {
+TEST(GdnChunked, Avx2MatchesScalarBitForBit) {
   if (!cpu_features().has_avx2_fma_f16c()) GTEST_SKIP() << "no AVX2";
-  const GdnChunkedOps &s = gdn_chunked_ops_scalar(), &v = gdn_chunked_ops_avx2();
+  expect_path_matches_scalar(gdn_chunked_avx2);
+}
+
+TEST(GdnChunked, Avx512MatchesScalarBitForBit) {
+  if (!cpu_features().has_avx512_core()) GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL/DQ";
+  expect_path_matches_scalar(gdn_chunked_avx512);
+}
+
+// The primitives on their own: exp over its whole range (and special values), the transpose,
+// and the product at every tile shape and around every tile edge (AVX2: 6 rows x 16, 8 columns
+// and 1 x 64; AVX-512: 6 rows x 64, 32, 16 columns and 1 x 128, 64, 32, 16; both: the 8-column
+// ymm tile and the scalar tail).
+void expect_ops_match_scalar(const GdnChunkedOps& v) {
+  const GdnChunkedOps& s = gdn_chunked_ops_scalar();
   std::vector<float> x;
   for (float f = -100.0f; f < 100.0f; f += 0.0137f) x.push_back(f);
   for (float f : {0.0f, -0.0f, -87.0f, -86.99999f, -87.00001f, 88.0f, 1e-30f, -1e-30f, INFINITY, -INFINITY, NAN})
@@ -337,7 +348,9 @@ TEST(GdnChunked, PrimitivesAvx2MatchScalar) {
   std::printf("  polynomial exp: worst relative error %.2e on [-87, 88]\n", worst);
   EXPECT_LT(worst, 3e-7);
 
-  std::mt19937 rng(fresh_seed());
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
   std::normal_distribution<float> nd;
   for (int64_t rows : {1, 7, 8, 9, 64}) {
     for (int64_t cols : {1, 8, 13, 128}) {
@@ -350,8 +363,8 @@ TEST(GdnChunked, PrimitivesAvx2MatchScalar) {
       EXPECT_EQ(ds[size_t((cols - 1) * (rows + 3) + rows - 1)], src[size_t((rows - 1) * (cols + 5) + cols - 1)]);
     }
   }
-  for (int64_t M : {1, 2, 5, 6, 7, 13, 64}) {
-    for (int64_t N : {1, 7, 8, 9, 16, 24, 63, 64, 65, 128, 130}) {
+  for (int64_t M : {1, 2, 5, 6, 7, 12, 13, 64}) {
+    for (int64_t N : {1, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 48, 63, 64, 65, 80, 127, 128, 129, 130, 256}) {
       for (int64_t K : {0, 1, 5, 64}) {
         const int64_t ldc = N + 3, lda = K + 1, ldb = N + 2;
         std::vector<float> A(size_t(M * lda + 1)), B(size_t(K * ldb + 1)), C(size_t(M * ldc));
@@ -365,6 +378,16 @@ TEST(GdnChunked, PrimitivesAvx2MatchScalar) {
       }
     }
   }
+}
+
+TEST(GdnChunked, PrimitivesAvx2MatchScalar) {
+  if (!cpu_features().has_avx2_fma_f16c()) GTEST_SKIP() << "no AVX2";
+  expect_ops_match_scalar(gdn_chunked_ops_avx2());
+}
+
+TEST(GdnChunked, PrimitivesAvx512MatchScalar) {
+  if (!cpu_features().has_avx512_core()) GTEST_SKIP() << "CPU lacks AVX-512 F/BW/VL/DQ";
+  expect_ops_match_scalar(gdn_chunked_ops_avx512());
 }
 
 // The token-by-token kernel's AVX2 path against its scalar code (golden_test checks the same

@@ -203,7 +203,8 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("gated delta rule, T=%lld n_v=%lld n_k=%lld dk=%lld dv=%lld, %s path, best of %d\n", (long long)T,
-              (long long)n_v, (long long)n_k, (long long)dk, (long long)dv, use_avx2() ? "AVX2" : "scalar", reps);
+              (long long)n_v, (long long)n_k, (long long)dk, (long long)dv,
+              use_avx512() ? "AVX-512" : use_avx2() ? "AVX2" : "scalar", reps);
   const bool avx2 = cpu_features().has_avx2_fma_f16c();
   const double peak = avx2 ? peak_gflops_one_core() : 0.0;
   const double f_rec = flops_recurrent(T, dk, dv) * double(n_v), f_chk = flops_chunked(T, dk, dv) * double(n_v);

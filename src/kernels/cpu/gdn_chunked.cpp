@@ -89,7 +89,8 @@ const GdnChunkedOps& gdn_chunked_ops_scalar() { return kScalarOps; }
 void gdn_chunked_scalar(const GdnRecurrentArgs& a, ThreadPool* pool) { gdn_chunked_run<ScalarOps>(a, pool); }
 
 void gdn_chunked(const GdnRecurrentArgs& a, ThreadPool* pool) {
-  if (use_avx2()) gdn_chunked_avx2(a, pool);
+  if (use_avx512()) gdn_chunked_avx512(a, pool);
+  else if (use_avx2()) gdn_chunked_avx2(a, pool);
   else gdn_chunked_scalar(a, pool);
 }
 

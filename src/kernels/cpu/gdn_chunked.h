@@ -22,7 +22,7 @@
 // (the last call may have any length) gives bit-identical outputs and state to one call. A split
 // elsewhere is still correct but rounds differently (it moves the chunk boundaries). The
 // results do not depend on the thread count (one task per value head, fixed order inside), and
-// the AVX2 path and the scalar twin are bit-identical (the order below is the contract).
+// the AVX-512 and AVX2 paths and the scalar twin are bit-identical (the order below is the contract).
 //
 // Per value head j (key head j / (n_v/n_k)) and chunk of L tokens i = 0..L-1, state S0 [dk, dv]
 // on entry, with γ_i = g_0 + ... + g_i summed in float64 from the chunk start:
@@ -57,13 +57,17 @@ class ThreadPool;
 
 constexpr int64_t kGdnChunk = 64;
 
-// Dispatches to the AVX2 path when weft::use_avx2(), else the scalar twin.
+// Dispatches to the AVX-512 path when weft::use_avx512(), else the AVX2 path when
+// weft::use_avx2(), else the scalar twin.
 void gdn_chunked(const GdnRecurrentArgs& args, ThreadPool* pool);
 
-// The scalar twin (always compiled) and the AVX2/FMA path (call only when
-// cpu_features().has_avx2_fma_f16c()); exposed so tests can compare them bit for bit.
+// The scalar twin (always compiled), the AVX2/FMA path (call only when
+// cpu_features().has_avx2_fma_f16c()) and the AVX-512 path (zmm tiles for the matrix product, the
+// AVX2 exp and transpose; call only when cpu_features().has_avx512_core()); exposed so tests can
+// compare them bit for bit.
 void gdn_chunked_scalar(const GdnRecurrentArgs& args, ThreadPool* pool);
 void gdn_chunked_avx2(const GdnRecurrentArgs& args, ThreadPool* pool);
+void gdn_chunked_avx512(const GdnRecurrentArgs& args, ThreadPool* pool);
 
 // The two primitives whose SIMD and scalar versions must agree bit for bit; the chunk driver
 // (gdn_chunked.cpp) is shared by both paths and does everything else.
@@ -79,5 +83,7 @@ struct GdnChunkedOps {
 };
 const GdnChunkedOps& gdn_chunked_ops_scalar();
 const GdnChunkedOps& gdn_chunked_ops_avx2();  // only when cpu_features().has_avx2_fma_f16c()
+// Its own gemm_acc; exp_n and transpose are gdn_chunked_ops_avx2()'s.
+const GdnChunkedOps& gdn_chunked_ops_avx512();  // only when cpu_features().has_avx512_core()
 
 }  // namespace weft

@@ -1,9 +1,10 @@
-// The chunk driver of the gated delta rule, shared by the scalar and AVX2 paths: included by
-// gdn_chunked.cpp and gdn_chunked_avx2.cpp (after their fp-contract pragma), each with its own
-// Ops (static gemm_acc, exp_n, transpose; see GdnChunkedOps in gdn_chunked.h). Everything here is
-// element-wise or a fixed sequential loop, so compiling it with or without AVX2 gives the same
-// bits; the order of every value is the contract written in gdn_chunked.h.
-// Internal linkage only (anonymous namespace): the two copies are compiled with different flags.
+// The chunk driver of the gated delta rule, shared by the scalar, AVX2 and AVX-512 paths:
+// included by gdn_chunked.cpp, gdn_chunked_avx2.cpp and gdn_chunked_avx512.cpp (after their
+// fp-contract pragma), each with its own Ops (static gemm_acc, exp_n, transpose; see
+// GdnChunkedOps in gdn_chunked.h). Everything here is element-wise or a fixed sequential loop, so
+// compiling it with or without AVX2 / AVX-512 gives the same bits; the order of every value is
+// the contract written in gdn_chunked.h.
+// Internal linkage only (anonymous namespace): the three copies are compiled with different flags.
 #pragma once
 
 #include <algorithm>
@@ -19,7 +20,7 @@ namespace weft {
 namespace {
 
 // Per-thread buffers of one head's chunk (sizes for L <= kGdnChunk). Plain arrays rather than
-// std::vector: this header is compiled into the AVX2 file too, and a library template
+// std::vector: this header is compiled into the SIMD files too, and a library template
 // instantiated there could be the copy the linker keeps for the scalar path (same reason for
 // memset over std::fill_n below).
 struct ChunkScratch {
@@ -175,7 +176,7 @@ void run_chunk(const GdnRecurrentArgs& a, ChunkScratch& s, int64_t j, int64_t t0
   Ops::gemm_acc(S, dv, klt, L, delta, dv, dk, dv, L);
 }
 
-// Shared by both paths: one task per value head, chunks of kGdnChunk from the call's first token.
+// Shared by all paths: one task per value head, chunks of kGdnChunk from the call's first token.
 template <class Ops>
 void gdn_chunked_run(const GdnRecurrentArgs& a, ThreadPool* pool) {
   if (a.T <= 0 || a.n_v <= 0) return;
