@@ -24,67 +24,40 @@
 #endif
 
 #include "kernels/cpu/gdn_chunked_driver.h"
+#include "kernels/cpu/gdn_chunked_tile.h"
 
 namespace weft {
 
 namespace {
 
-// RB rows x CB zmm columns of C, accumulated over K: acc = fma(A[i][kk], B[kk][c], acc).
-template <int RB, int CB>
-inline void tile(float* C, int64_t ldc, const float* A, int64_t lda, const float* B, int64_t ldb, int64_t K) {
-  __m512 acc[RB][CB];
-#pragma GCC unroll 8
-  for (int i = 0; i < RB; ++i)
-#pragma GCC unroll 8
-    for (int cb = 0; cb < CB; ++cb) acc[i][cb] = _mm512_loadu_ps(C + i * ldc + 16 * cb);
-  for (int64_t kk = 0; kk < K; ++kk) {
-    __m512 b[CB];
-#pragma GCC unroll 8
-    for (int cb = 0; cb < CB; ++cb) b[cb] = _mm512_loadu_ps(B + kk * ldb + 16 * cb);
-#pragma GCC unroll 8
-    for (int i = 0; i < RB; ++i) {
-      const __m512 av = _mm512_set1_ps(A[i * lda + kk]);
-#pragma GCC unroll 8
-      for (int cb = 0; cb < CB; ++cb) acc[i][cb] = _mm512_fmadd_ps(av, b[cb], acc[i][cb]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < RB; ++i)
-#pragma GCC unroll 8
-    for (int cb = 0; cb < CB; ++cb) _mm512_storeu_ps(C + i * ldc + 16 * cb, acc[i][cb]);
-}
-
-template <int CB>
-inline void tile_rows(int rb, float* C, int64_t ldc, const float* A, int64_t lda, const float* B, int64_t ldb,
-                      int64_t K) {
-  switch (rb) {
-    case 1: tile<1, CB>(C, ldc, A, lda, B, ldb, K); break;
-    case 2: tile<2, CB>(C, ldc, A, lda, B, ldb, K); break;
-    case 3: tile<3, CB>(C, ldc, A, lda, B, ldb, K); break;
-    case 4: tile<4, CB>(C, ldc, A, lda, B, ldb, K); break;
-    case 5: tile<5, CB>(C, ldc, A, lda, B, ldb, K); break;
-    default: tile<6, CB>(C, ldc, A, lda, B, ldb, K); break;
-  }
-}
+// The vector of this file's tiles (gdn_chunked_tile.h).
+struct Zmm {
+  using reg = __m512;
+  static constexpr int kWidth = 16;
+  static reg load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, reg v) { _mm512_storeu_ps(p, v); }
+  static reg broadcast(const float* p) { return _mm512_set1_ps(*p); }
+  static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
+};
 
 void gemm_acc_avx512(float* C, int64_t ldc, const float* A, int64_t lda, const float* B, int64_t ldb, int64_t M,
                      int64_t N, int64_t K) {
   if (M <= 0 || N <= 0) return;
   int64_t c_vec = 0;  // columns [0, c_vec) go through zmm tiles
   if (M == 1) {
-    for (; c_vec + 128 <= N; c_vec += 128) tile<1, 8>(C + c_vec, ldc, A, lda, B + c_vec, ldb, K);
-    for (; c_vec + 64 <= N; c_vec += 64) tile<1, 4>(C + c_vec, ldc, A, lda, B + c_vec, ldb, K);
-    for (; c_vec + 32 <= N; c_vec += 32) tile<1, 2>(C + c_vec, ldc, A, lda, B + c_vec, ldb, K);
-    for (; c_vec + 16 <= N; c_vec += 16) tile<1, 1>(C + c_vec, ldc, A, lda, B + c_vec, ldb, K);
+    for (; c_vec + 128 <= N; c_vec += 128) gemm_tile<Zmm, 1, 8>(C + c_vec, ldc, A, lda, B + c_vec, ldb, K);
+    for (; c_vec + 64 <= N; c_vec += 64) gemm_tile<Zmm, 1, 4>(C + c_vec, ldc, A, lda, B + c_vec, ldb, K);
+    for (; c_vec + 32 <= N; c_vec += 32) gemm_tile<Zmm, 1, 2>(C + c_vec, ldc, A, lda, B + c_vec, ldb, K);
+    for (; c_vec + 16 <= N; c_vec += 16) gemm_tile<Zmm, 1, 1>(C + c_vec, ldc, A, lda, B + c_vec, ldb, K);
   } else {
     for (int64_t i0 = 0; i0 < M; i0 += 6) {
       const int rb = int(M - i0 < 6 ? M - i0 : 6);
       float* Ci = C + i0 * ldc;
       const float* Ai = A + i0 * lda;
       int64_t c = 0;
-      for (; c + 64 <= N; c += 64) tile_rows<4>(rb, Ci + c, ldc, Ai, lda, B + c, ldb, K);
-      for (; c + 32 <= N; c += 32) tile_rows<2>(rb, Ci + c, ldc, Ai, lda, B + c, ldb, K);
-      for (; c + 16 <= N; c += 16) tile_rows<1>(rb, Ci + c, ldc, Ai, lda, B + c, ldb, K);
+      for (; c + 64 <= N; c += 64) gemm_tile_rows<Zmm, 4>(rb, Ci + c, ldc, Ai, lda, B + c, ldb, K);
+      for (; c + 32 <= N; c += 32) gemm_tile_rows<Zmm, 2>(rb, Ci + c, ldc, Ai, lda, B + c, ldb, K);
+      for (; c + 16 <= N; c += 16) gemm_tile_rows<Zmm, 1>(rb, Ci + c, ldc, Ai, lda, B + c, ldb, K);
       c_vec = c;
     }
   }
