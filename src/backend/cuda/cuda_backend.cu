@@ -214,13 +214,8 @@ class CudaBackend final : public Backend {
     const char* fuse_gate = std::getenv("WEFT_CUDA_FUSE_GATE");
     fuse_gate_on_ = fuse_on_ && !(fuse_gate && std::string(fuse_gate) == "0");
     cuda::set_pdl_enabled(cuda::pdl_enabled_by_env());  // WEFT_CUDA_PDL=0: plain launches
-    int early_weights = 1;  // cuda::matvec_early: weights loaded before the PDL wait
-    if (const char* e = std::getenv("WEFT_CUDA_EARLY_WEIGHTS"); e && *e) {
-      const std::string v(e);
-      if (v == "0" || v == "1" || v == "2") early_weights = v[0] - '0';
-      else std::fprintf(stderr, "weft: WEFT_CUDA_EARLY_WEIGHTS=%s ignored (0, 1 or 2)\n", e);
-    }
-    cuda::set_matvec_early(early_weights);
+    const char* early = std::getenv("WEFT_CUDA_EARLY_WEIGHTS");  // =0: weights loaded after the PDL wait
+    cuda::set_matvec_early(!(early && std::string(early) == "0"));
     WEFT_CUDA_CHECK(cudaSetDevice(0));
     WEFT_CUDA_CHECK(cudaStreamCreate(&stream_));
     recorder_ = std::make_unique<GraphRecorder>(stream_);

@@ -418,18 +418,13 @@ __device__ void route_in_last_block(const RouteTail& t, float* shared) {
   if (threadIdx.x == 0) *t.counter = 0u;
 }
 
-// flags: kMatvecPrefetch, the weight lines into L2 before the wait (matvec_prefetch);
-// kMatvecTriggerFirst, the successor may be scheduled before this launch's wait, not after it
-// (pdl_begin_early: the next product's early loads then start while this one streams; still safe,
-// its own wait returns after this launch completes).
-constexpr int kMatvecPrefetch = 1, kMatvecTriggerFirst = 2;
 // EARLY: the first pass of weight loads (constant: no kernel writes weights while products run)
 // is issued before pdl_begin's wait, into registers, so the product's first memory round trip
 // overlaps its predecessor's tail instead of following it (cuda::matvec_early). Same bits.
 template <DType D, int SW, int R, bool TAIL = false, bool WIDE = false, bool EARLY = false>
 __global__ void __launch_bounds__(kMatvecWarps * 32)
     matvec_multi_kernel(MatvecJobs jobs, MatvecBlocks blocks, int64_t K, const float* x, const float* up,
-                        int flags, RouteTail tail, NormInput norm) {
+                        bool prefetch, RouteTail tail, NormInput norm) {
   static_assert(!TAIL || (SW == kPlain && kMatvecWarps * 32 == kTopkThreads), "the routing tail: plain input, one routing block");
   extern __shared__ float4 staged4[];
   int j = 0;
@@ -444,9 +439,8 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
   if constexpr (EARLY) {
     if (n_rows > 0) load_pass(pre, rows, n_rows, K, int64_t(threadIdx.x % 32) * 8);
   }
-  if (flags & kMatvecPrefetch) prefetch_rows<D, R>(rows, n_rows, K, threadIdx.x % 32);
-  if (flags & kMatvecTriggerFirst) pdl_begin_early();
-  else pdl_begin();
+  if (prefetch) prefetch_rows<D, R>(rows, n_rows, K, threadIdx.x % 32);
+  pdl_begin();
   if constexpr (SW == kSwigluStaged) {
     stage_swiglu(reinterpret_cast<float*>(staged4), x, up, K);
     x = reinterpret_cast<const float*>(staged4);
@@ -806,7 +800,7 @@ struct MatvecLaunch {
   const MatvecBlocks& blocks;
   int64_t K;
   const float* x;
-  int flags;
+  bool prefetch;
   const RouteTail& tail;
   const NormInput& norm;
 };
@@ -815,19 +809,19 @@ int launch_multi(const MatvecLaunch& l, const float* up, bool early) {
   if constexpr (D != DType::kF32 && !TAIL && SW != kSwigluDirect) {
     if (early) {
       launch_pdl(matvec_multi_kernel<D, SW, R, TAIL, WIDE, true>, l.grid, l.threads, l.smem, l.stream, l.jobs,
-                 l.blocks, l.K, l.x, up, l.flags, l.tail, l.norm);
+                 l.blocks, l.K, l.x, up, l.prefetch, l.tail, l.norm);
       return 0;
     }
   }
   launch_pdl(matvec_multi_kernel<D, SW, R, TAIL, WIDE>, l.grid, l.threads, l.smem, l.stream, l.jobs, l.blocks, l.K,
-             l.x, up, l.flags, l.tail, l.norm);
+             l.x, up, l.prefetch, l.tail, l.norm);
   return 0;
 }
-std::atomic<int> matvec_early_mode{0};
+std::atomic<bool> matvec_early_on{true};
 }  // namespace
 
-int matvec_early() { return matvec_early_mode.load(std::memory_order_relaxed); }
-void set_matvec_early(int mode) { matvec_early_mode.store(mode, std::memory_order_relaxed); }
+bool matvec_early() { return matvec_early_on.load(std::memory_order_relaxed); }
+void set_matvec_early(bool on) { matvec_early_on.store(on, std::memory_order_relaxed); }
 
 void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x, cudaStream_t stream,
                   const float* up, const RouteTail* tail, const float* sigmoid_gate, const NormInput* norm) {
@@ -854,9 +848,8 @@ void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x
                                                                     : 0;
   const bool pf = matvec_prefetch();
   const bool wide = R == 1 && K >= kWidePassK && matvec_wide();
-  const bool early = matvec_early() > 0;
-  const int flags = (pf ? kMatvecPrefetch : 0) | (matvec_early() == 2 && !tail && mode != kNormStaged ? kMatvecTriggerFirst : 0);
-  const MatvecLaunch l{grid, threads, smem, stream, jobs, blocks, K, x, flags, t, nin};
+  const bool early = matvec_early();
+  const MatvecLaunch l{grid, threads, smem, stream, jobs, blocks, K, x, pf, t, nin};
   switch (dtype) {
 #define WEFT_MATVEC_R(D, RR)                                                                                   \
   (mode == kNormStaged     ? (wide ? launch_multi<D, kNormStaged, 1, false, true>(l, nullptr, early)         \

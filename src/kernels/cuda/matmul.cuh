@@ -128,17 +128,15 @@ bool matvec_norm_fits(int64_t K);
 void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x, cudaStream_t stream,
                   const float* up = nullptr, const RouteTail* tail = nullptr, const float* sigmoid_gate = nullptr,
                   const NormInput* norm = nullptr);
-// What matvec_multi's products (2-byte weights; not the routing-tail or swiglu-direct forms) do
-// before their PDL wait. 0: nothing. 1: issue their first pass of weight loads, a whole 2048-column
-// row per warp, into registers, so that round trip overlaps the predecessor's tail (weights are
-// constant while products run; everything another kernel writes is still read after the wait).
-// 2: also let their successor be scheduled before they wait (pdl_begin_early), so the next
-// product's early loads start while this one streams. Each CUDA backend sets it from
-// WEFT_CUDA_EARLY_WEIGHTS=0|1|2 when it is created (default 1: measured 1.03-1.05x decode at depth
-// 4096 on the full 35B-A3B geometry against 0, alternated in one call; 2 no faster than 1;
-// docs/results.md §10). Same bits in every mode.
-int matvec_early();
-void set_matvec_early(int mode);
+// Whether matvec_multi's products (2-byte weights; not the routing-tail or swiglu-direct forms)
+// issue their first pass of weight loads, a whole 2048-column row per warp, into registers before
+// their PDL wait, so that round trip overlaps the predecessor's tail (weights are constant while
+// products run; everything another kernel writes is still read after the wait). Each CUDA backend
+// sets it from WEFT_CUDA_EARLY_WEIGHTS when it is created (so a test can compare both): on by
+// default, measured 1.02-1.05x decode at depth 4096 on the full 35B-A3B geometry against =0,
+// alternated in one call (docs/results.md §10). Same bits either way.
+bool matvec_early();
+void set_matvec_early(bool on);
 
 // True for the weight types this kernel takes.
 bool matmul_supports(DType dtype);
