@@ -20,6 +20,9 @@
 #include "kernels/cuda/matmul.cuh"
 #include "kernels/cuda/moe_route.cuh"
 #include "kernels/cuda/rows.cuh"
+#include "kernels/cuda/weight_layout.cuh"
+#include "kernels/cpu/quant_blocks.h"
+#include "model/gguf_convert.h"
 #include "test_util.h"
 
 namespace weft {
@@ -84,20 +87,43 @@ std::vector<float> run(const Model& m, const SessionOptions& so, const std::vect
   return out;
 }
 
+// A parameter "NAME@q8_0" is fixture NAME converted to a GGUF with q8_0 weights (what `weft
+// convert --type q8_0` writes), run by every test below: the whole strict tier on the q8_0
+// kernels. Its reference is its f32 twin: the same GGUF requantized to f32 (`weft quantize --type
+// f32`: the dequantized weights q·d, exactly the values the GPU's q8_0 kernels multiply by), run on
+// the CPU (whose own q8_0 kernels quantize the activations too, so they are not that reference).
+constexpr const char* kQ8Suffix = "@q8_0";
+bool is_q8_param(const std::string& p) { return p.size() > 5 && p.compare(p.size() - 5, 5, kQ8Suffix) == 0; }
+
 class CudaBackendTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (Status s = check_device(Device::kCuda); !s.ok()) GTEST_SKIP() << "no GPU here: " << s.message();
-    auto m = Model::load(model_dir_of(GetParam()));
+    std::string path = model_dir_of(GetParam());
+    if (is_q8_param(GetParam())) {
+      const std::string tmp = test::temp_dir("cuda_q8"), q8 = tmp + "/q8_0.gguf", f32 = tmp + "/f32.gguf";
+      const std::string base = GetParam().substr(0, GetParam().size() - 5);
+      Status s = convert_hf_to_gguf(model_dir_of(base), q8, WeightScheme::kQ8_0);
+      ASSERT_TRUE(s.ok()) << s.message();
+      s = quantize_gguf(q8, f32, WeightScheme::kF32);
+      ASSERT_TRUE(s.ok()) << s.message();
+      auto t = Model::load(f32);
+      ASSERT_TRUE(t.ok()) << t.status().message();
+      twin_ = std::move(t.value());
+      path = q8;
+    }
+    auto m = Model::load(path);
     ASSERT_TRUE(m.ok()) << m.status().message();
     model_ = std::move(m.value());
   }
   std::unique_ptr<Model> model_;
+  std::unique_ptr<Model> twin_;  // "@q8_0": the f32 twin (dequantized weights)
 };
 
 // The bounds of tests/fixtures_test.cpp: relative RMS < 5e-3 (f16 KV) / 1e-4 (f32 KV), argmax
 // equal where the reference's top-2 margin exceeds 1e-2, greedy generation identical.
 TEST_P(CudaBackendTest, MatchesTransformers) {
+  if (twin_) GTEST_SKIP() << "q8_0 weights: held to their f32 twin in AgreesWithCpuBackend";
   auto f = SafetensorsFile::open(fixture_dir(GetParam()) + "/reference.safetensors");
   ASSERT_TRUE(f.ok()) << f.status().message();
   const std::vector<int32_t> prompt = ids_of(*f->find("prompt_ids"));
@@ -141,6 +167,24 @@ TEST_P(CudaBackendTest, MatchesTransformers) {
 TEST_P(CudaBackendTest, AgreesWithCpuBackend) {
   const int64_t V = model_->config().vocab_size;
   const std::vector<int32_t> prompt = random_prompt(150, V, 7), steps = random_prompt(5, V, 8);
+  if (twin_) {
+    // q8_0 weights on the GPU against the CPU on their dequantized values: the fixtures' bounds
+    // (f32 KV 1e-4, f16 KV 5e-3), and far from the unquantized checkpoint (the q8_0 path ran).
+    for (DType kv : {DType::kF32, DType::kF16}) {
+      const std::vector<float> cpu = run(*twin_, options(Device::kCpu, kv), prompt, steps);
+      const std::vector<float> gpu = run(*model_, options(Device::kCuda, kv), prompt, steps);
+      const double err = rel_rms(gpu, cpu);
+      EXPECT_LT(err, kv == DType::kF32 ? 1e-4 : 5e-3) << dtype_name(kv);
+      std::printf("[ %s kv=%s ] rel_rms cuda q8_0 vs cpu f32 twin %.3g\n", GetParam().c_str(), dtype_name(kv), err);
+    }
+    auto orig = Model::load(model_dir_of(GetParam().substr(0, GetParam().size() - 5)));
+    ASSERT_TRUE(orig.ok()) << orig.status().message();
+    const double q_err = rel_rms(run(*model_, options(Device::kCuda, DType::kF32), prompt, steps),
+                                 run(*orig.value(), options(Device::kCpu, DType::kF32), prompt, steps));
+    EXPECT_GT(q_err, 1e-4) << "the q8_0 model gives the unquantized logits: were its weights quantized?";
+    std::printf("[ %s ] rel_rms cuda q8_0 vs the checkpoint %.3g\n", GetParam().c_str(), q_err);
+    return;
+  }
   const std::vector<float> cpu_f16 = run(*model_, options(Device::kCpu), prompt, steps);
   const std::vector<float> gpu_f16 = run(*model_, options(Device::kCuda), prompt, steps);
   const double err = rel_rms(gpu_f16, cpu_f16);
@@ -327,6 +371,16 @@ INSTANTIATE_TEST_SUITE_P(All, CudaBackendTest,
                          ::testing::Values("qwen35_dense", "qwen35_moe_hd256", "qwen35_moe_experts_f16",
                                            "qwen35_vl_tied_sharded", "qwen3next_moe", "qwen3_tied_f16", "llama_f32",
                                            "weft_tiny_hybrid_ref"));
+// q8_0 weights: dense and MoE (256-wide heads, a shared expert), Qwen3-Next, Llama, the shipped
+// model's geometry. Test names cannot hold '@': "qwen35_dense_q8_0" etc.
+INSTANTIATE_TEST_SUITE_P(Q8, CudaBackendTest,
+                         ::testing::Values("qwen35_dense@q8_0", "qwen35_moe_hd256@q8_0", "qwen3next_moe@q8_0",
+                                           "llama_f32@q8_0", "qwen3_tied_f16@q8_0", "weft_tiny_hybrid_ref@q8_0"),
+                         [](const ::testing::TestParamInfo<std::string>& i) {
+                           std::string n = i.param;
+                           n.replace(n.find('@'), 1, "_");
+                           return n;
+                         });
 
 template <typename T>
 std::vector<T> get(const T* device, int64_t n) {
@@ -452,6 +506,101 @@ TEST(CudaMatvec, OneTokenEqualsItsRowInABatch) {
       for (int j = 0; j < jobs.n; ++j)
         jobs.w[j] = dw, jobs.row_bytes[j] = size_t(K) * 2, jobs.N[j] = N, jobs.y[j] = static_cast<float*>(dy1) + j * N;
       cuda::matvec_multi(DType::kBF16, jobs, K, static_cast<float*>(dx) + t * K, nullptr);
+      const std::vector<float> one = get(static_cast<float*>(dy1), jobs.n * N);
+      for (int j = 0; j < jobs.n; ++j)
+        EXPECT_EQ(std::memcmp(one.data() + j * N, batch.data() + t * N, size_t(N) * 4), 0) << what << ", token " << t << ", job " << j;
+    }
+    cudaFree(dw), cudaFree(dx), cudaFree(dy), cudaFree(dy1);
+  }
+}
+
+// GGUF q8_0 rows of random blocks (random f16 scales of both signs, some zero; every int8 value).
+std::vector<uint8_t> random_q8_0_rows(int64_t rows, int64_t K, std::mt19937& rng) {
+  std::vector<uint8_t> bytes(size_t(rows * K / 32 * 34));
+  std::uniform_int_distribution<int> q(-128, 127), pick(0, 15);
+  std::normal_distribution<float> scale(0.0f, 0.01f);
+  for (size_t b = 0; b < bytes.size(); b += 34) {
+    const uint16_t d = pick(rng) == 0 ? uint16_t(0) : f32_to_f16(scale(rng));
+    std::memcpy(&bytes[b], &d, 2);
+    for (int i = 0; i < 32; ++i) bytes[b + 2 + size_t(i)] = uint8_t(int8_t(q(rng)));
+  }
+  return bytes;
+}
+
+// The device layout of q8_0 (kernels/cuda/weight_layout.cuh) holds exactly the weights of GGUF's
+// blocks: every weight of the repacked rows equals dequantize_row_q8_0's, bit for bit, at odd row
+// counts and row lengths of 1, 3, 64 and 65 blocks. Host code: runs without a GPU too.
+TEST(CudaWeightLayout, RepackedQ8_0RowsHoldTheBlocksWeights) {
+  std::mt19937 rng(5);
+  for (const auto& [rows, K] : std::vector<std::pair<int64_t, int64_t>>{{1, 32}, {7, 96}, {3, 2048}, {5, 2080}}) {
+    const std::vector<uint8_t> gguf = random_q8_0_rows(rows, K, rng);
+    std::vector<uint8_t> dev(gguf.size(), 0xAB);
+    cuda::repack_q8_0_rows(gguf.data(), dev.data(), rows, K);
+    const size_t row_bytes = size_t(K / 32 * 34);
+    std::vector<float> ref(static_cast<size_t>(K));
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_row(GgmlType::kQ8_0, gguf.data() + size_t(r) * row_bytes, ref.data(), K);
+      for (int64_t k = 0; k < K; ++k) {
+        const float got = cuda::q8_0_device_weight(dev.data() + size_t(r) * row_bytes, K, k);
+        ASSERT_EQ(std::memcmp(&got, &ref[size_t(k)], 4), 0) << "row " << r << " of " << rows << ", K " << K << ", k " << k;
+      }
+    }
+  }
+  std::vector<uint8_t> dst(34);
+  EXPECT_THROW(cuda::repack_q8_0_rows(dst.data(), dst.data(), 1, 48), std::invalid_argument);
+}
+
+// q8_0 products on the GPU: the one-token kernel (one and two jobs a launch) gives the bits of the
+// token's row in the batched tile kernel, and both are the float64 product of the dequantized
+// weights within fp32 rounding (|err| <= 1e-5 · Σ|w·x|), at odd sizes: N not a multiple of the
+// rows of a warp or block, K of 1 to 257 blocks, rows that are not 16-byte multiples (K % 256 != 0:
+// the element-wise path of the tile kernel; the one-token kernel is not used there).
+TEST(CudaMatvec, Q8_0ProductsMatchTheDequantizedProduct) {
+  if (Status s = check_device(Device::kCuda); !s.ok()) GTEST_SKIP() << "no GPU here: " << s.message();
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t T = 5;
+  for (const auto& [N, K] : std::vector<std::pair<int64_t, int64_t>>{
+           {2048, 4096}, {37, 4096}, {1089, 2048}, {5000, 512}, {9, 8224}, {3, 32}, {70, 2080}, {8, 8192}}) {
+    const std::vector<uint8_t> gguf = random_q8_0_rows(N, K, rng);
+    std::vector<uint8_t> dev(gguf.size());
+    cuda::repack_q8_0_rows(gguf.data(), dev.data(), N, K);
+    const size_t row_bytes = size_t(K / 32 * 34);
+    std::vector<float> x(size_t(T * K));
+    for (auto& v : x) v = nd(rng);
+    void *dw = nullptr, *dx = nullptr, *dy = nullptr, *dy1 = nullptr;
+    ASSERT_EQ(cudaMalloc(&dw, dev.size()), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dx, x.size() * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dy, size_t(T * N) * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dy1, size_t(2 * N) * 4), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dw, dev.data(), dev.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    cuda::matmul(DType::kQ8_0, dw, row_bytes, N, K, static_cast<float*>(dx), K, T, static_cast<float*>(dy), N, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> batch = get(static_cast<float*>(dy), T * N);
+    const std::string what = "N " + std::to_string(N) + ", K " + std::to_string(K);
+    std::vector<float> w(static_cast<size_t>(K));
+    for (int64_t n = 0; n < N; ++n) {
+      dequantize_row(GgmlType::kQ8_0, gguf.data() + size_t(n) * row_bytes, w.data(), K);
+      for (int64_t t = 0; t < T; ++t) {
+        double ref = 0, mag = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          ref += double(w[size_t(k)]) * x[size_t(t * K + k)];
+          mag += std::fabs(double(w[size_t(k)]) * x[size_t(t * K + k)]);
+        }
+        ASSERT_LE(std::fabs(batch[size_t(t * N + n)] - ref), 1e-5 * mag + 1e-30) << what << ", row " << n << ", token " << t;
+      }
+    }
+    if (!cuda::matmul_vec_ok(dw, row_bytes, K, static_cast<float*>(dx), K)) {
+      cudaFree(dw), cudaFree(dx), cudaFree(dy), cudaFree(dy1);
+      continue;
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      cuda::MatvecJobs jobs;
+      jobs.n = t % 2 ? 2 : 1;
+      for (int j = 0; j < jobs.n; ++j)
+        jobs.w[j] = dw, jobs.row_bytes[j] = row_bytes, jobs.N[j] = N, jobs.y[j] = static_cast<float*>(dy1) + j * N;
+      cuda::matvec_multi(DType::kQ8_0, jobs, K, static_cast<float*>(dx) + t * K, nullptr);
       const std::vector<float> one = get(static_cast<float*>(dy1), jobs.n * N);
       for (int j = 0; j < jobs.n; ++j)
         EXPECT_EQ(std::memcmp(one.data() + j * N, batch.data() + t * N, size_t(N) * 4), 0) << what << ", token " << t << ", job " << j;

@@ -28,8 +28,9 @@ namespace weft {
 class DeviceWeights {
  public:
   ~DeviceWeights();
-  // Uploads every matrix and vector of `set`; an error for weight types the CUDA kernels cannot
-  // compute with yet (block-quantized GGUF types), or when GPU memory runs out.
+  // Uploads every matrix and vector of `set` (q8_0 rows repacked into the kernels' layout on the
+  // way: kernels/cuda/weight_layout.cuh); an error for weight types the CUDA kernels cannot
+  // compute with yet (q4_0 and the k-quants), or when GPU memory runs out.
   static Result<std::shared_ptr<DeviceWeights>> upload(const WeightSet& set);
   // The device address of host address `host` inside an uploaded range; `host` itself when it is
   // in none (already device memory, e.g. a scratch buffer).

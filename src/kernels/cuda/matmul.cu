@@ -7,6 +7,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/moe_route.cuh"
 #include "kernels/cuda/moe_route_dev.cuh"
+#include "kernels/cuda/weight_layout.cuh"
 
 namespace weft::cuda {
 namespace {
@@ -15,17 +16,23 @@ constexpr int kRowsPerWarp = 4;
 constexpr int kTokensPerPass = 8;
 constexpr int kWarpsPerBlock = 4;
 
+// Weight k of a row of K weights (K locates q8_0's scales: weight_layout.cuh).
 template <DType D>
-__device__ __forceinline__ float load_w(const uint8_t* row, int64_t k) {
+__device__ __forceinline__ float load_w(const uint8_t* row, int64_t k, int64_t K) {
   if constexpr (D == DType::kF32) return reinterpret_cast<const float*>(row)[k];
   else if constexpr (D == DType::kF16) return f16_bits_to_f32(reinterpret_cast<const uint16_t*>(row)[k]);
+  else if constexpr (D == DType::kQ8_0) return float(int8_t(row[k])) * f16_bits_to_f32(q8_0_scale_bits(row, K, k));
   else return bf16_bits_to_f32(reinterpret_cast<const uint16_t*>(row)[k]);
 }
 
-// 8 consecutive weights starting at k (16-byte aligned for 2-byte types, 32 for f32).
+// 8 consecutive weights starting at k (16-byte aligned for 2-byte types, 32 for f32, 8 for q8_0).
 template <DType D>
-__device__ __forceinline__ void load_w8(const uint8_t* row, int64_t k, float* out) {
-  if constexpr (D == DType::kF32) {
+__device__ __forceinline__ void load_w8(const uint8_t* row, int64_t k, int64_t K, float* out) {
+  if constexpr (D == DType::kQ8_0) {
+    const uint2 q = *reinterpret_cast<const uint2*>(row + k);
+    const float d = f16_bits_to_f32(q8_0_scale_bits(row, K, k));
+    q8_0_unpack4(q.x, d, out), q8_0_unpack4(q.y, d, out + 4);
+  } else if constexpr (D == DType::kF32) {
     const float4 a = *reinterpret_cast<const float4*>(reinterpret_cast<const float*>(row) + k);
     const float4 b = *reinterpret_cast<const float4*>(reinterpret_cast<const float*>(row) + k + 4);
     out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w, out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
@@ -67,10 +74,10 @@ __device__ __forceinline__ void matmul_tile(const uint8_t* w, size_t row_bytes, 
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
       if (VEC) {
-        load_w8<D>(rows[r], k0, wv[r]);
+        load_w8<D>(rows[r], k0, K, wv[r]);
       } else {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) wv[r][j] = j < n_k ? load_w<D>(rows[r], k0 + j) : 0.0f;
+        for (int j = 0; j < 8; ++j) wv[r][j] = j < n_k ? load_w<D>(rows[r], k0 + j, K) : 0.0f;
       }
     }
 #pragma unroll
@@ -130,15 +137,20 @@ __device__ __forceinline__ void load_x8(const float* x, const float* up, int64_t
   }
 }
 
-// A group of 8 weights as loaded (16 bytes for 2-byte types, 32 for f32), unpacked at use: a lane
-// keeps kMatvecGroups groups in flight in 32 registers.
+// A group of 8 weights as loaded (16 bytes for 2-byte types, 32 for f32; for q8_0 the 8 quants in
+// a.x, a.y and the block's scale bits in a.z), unpacked at use: a lane keeps kMatvecGroups groups
+// in flight in 32 registers.
 struct Raw8 {
   uint4 a, b;
 };
 template <DType D>
-__device__ __forceinline__ Raw8 load_raw8(const uint8_t* row, int64_t k) {
+__device__ __forceinline__ Raw8 load_raw8(const uint8_t* row, int64_t k, int64_t K) {
   Raw8 r;
-  if constexpr (D == DType::kF32) {
+  if constexpr (D == DType::kQ8_0) {
+    const uint2 q = *reinterpret_cast<const uint2*>(row + k);
+    r.a.x = q.x, r.a.y = q.y, r.a.z = q8_0_scale_bits(row, K, k);
+    r.b = r.a;
+  } else if constexpr (D == DType::kF32) {
     const uint4* p = reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(row) + k);
     r.a = p[0], r.b = p[1];
   } else {
@@ -149,7 +161,10 @@ __device__ __forceinline__ Raw8 load_raw8(const uint8_t* row, int64_t k) {
 }
 template <DType D>
 __device__ __forceinline__ void unpack8(const Raw8& r, float* out) {
-  if constexpr (D == DType::kF32) {
+  if constexpr (D == DType::kQ8_0) {
+    const float d = f16_bits_to_f32(uint16_t(r.a.z));
+    q8_0_unpack4(r.a.x, d, out), q8_0_unpack4(r.a.y, d, out + 4);
+  } else if constexpr (D == DType::kF32) {
     out[0] = __uint_as_float(r.a.x), out[1] = __uint_as_float(r.a.y), out[2] = __uint_as_float(r.a.z);
     out[3] = __uint_as_float(r.a.w), out[4] = __uint_as_float(r.b.x), out[5] = __uint_as_float(r.b.y);
     out[6] = __uint_as_float(r.b.z), out[7] = __uint_as_float(r.b.w);
@@ -167,7 +182,9 @@ __device__ __forceinline__ void unpack8(const Raw8& r, float* out) {
 // Groups per lane in one pass of matvec_rows, and a pass's weights as loaded (raw, unpacked at use).
 template <DType D, int R, bool WIDE>
 constexpr int matvec_pass_groups() {
-  return (D == DType::kF32 ? kMatvecGroups / 2 : kMatvecGroups) / R * (WIDE ? 2 : 1);
+  // q8_0: twice the groups (half the bytes each), so a pass keeps as many bytes in flight.
+  return (D == DType::kF32 ? kMatvecGroups / 2 : D == DType::kQ8_0 ? 2 * kMatvecGroups : kMatvecGroups) / R *
+         (WIDE ? 2 : 1);
 }
 template <DType D, int R, bool WIDE>
 struct MatvecPass {
@@ -182,7 +199,7 @@ __device__ __forceinline__ void load_pass(MatvecPass<D, R, WIDE>& p, const uint8
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int u = 0; u < G; ++u)
-      if (r < n_rows && k0 + u * 256 < K) p.raw[r][u] = load_raw8<D>(rows[r], k0 + u * 256);
+      if (r < n_rows && k0 + u * 256 < K) p.raw[r][u] = load_raw8<D>(rows[r], k0 + u * 256, K);
 }
 
 // R weight rows against x, each in the per-element order of the header (R accumulators, each the
@@ -396,7 +413,7 @@ __device__ void norm_writes_in_last_block(const NormInput& in, const float* xs, 
 // stream, so reading them early is safe); the loads after the wait then find them in L2.
 template <DType D, int R>
 __device__ __forceinline__ void prefetch_rows(const uint8_t* const* rows, int n_rows, int64_t K, int lane) {
-  const int64_t bytes = K * int64_t(D == DType::kF32 ? 4 : 2);
+  const int64_t bytes = D == DType::kQ8_0 ? K / 32 * 34 : K * int64_t(D == DType::kF32 ? 4 : 2);
 #pragma unroll
   for (int r = 0; r < R; ++r)
     if (r < n_rows)
@@ -620,7 +637,7 @@ __global__ void __launch_bounds__(kMatvecWarps * 32) down_combine_kernel(DownCom
   Raw8 raw[R];
 #pragma unroll
   for (int r = 0; r < R; ++r)
-    if (r < n_rows && k0 < (r == nt ? a.s_K : a.K)) raw[r] = load_raw8<D>(rows[r], k0);
+    if (r < n_rows && k0 < (r == nt ? a.s_K : a.K)) raw[r] = load_raw8<D>(rows[r], k0, r == nt ? a.s_K : a.K);
   if constexpr (EARLY == 2) pdl_begin();
   stage_slots(xs, a.gate, a.up, pos, a.K, int64_t(nt) * a.K);
   float* sxs = xs + int64_t(a.k) * a.K;
@@ -641,7 +658,8 @@ __global__ void __launch_bounds__(kMatvecWarps * 32) down_combine_kernel(DownCom
     if (k0 + 256 < k_max) {
 #pragma unroll
       for (int r = 0; r < R; ++r)
-        if (r < n_rows && k0 + 256 < (r == nt ? a.s_K : a.K)) raw[r] = load_raw8<D>(rows[r], k0 + 256);
+        if (r < n_rows && k0 + 256 < (r == nt ? a.s_K : a.K))
+          raw[r] = load_raw8<D>(rows[r], k0 + 256, r == nt ? a.s_K : a.K);
     }
   }
 #pragma unroll
@@ -725,6 +743,7 @@ void expert_matmul(DType dtype, const ExpertMatmulJob* jobs, int64_t n_jobs, int
       case DType::kF32: WEFT_EXPERT_VEC(DType::kF32); break;
       case DType::kF16: WEFT_EXPERT_VEC(DType::kF16); break;
       case DType::kBF16: WEFT_EXPERT_VEC(DType::kBF16); break;
+      case DType::kQ8_0: WEFT_EXPERT_VEC(DType::kQ8_0); break;
       default: check(cudaErrorInvalidValue, "expert_matmul: weight type not yet on CUDA");
     }
 #undef WEFT_EXPERT_VEC
@@ -741,6 +760,7 @@ void expert_matmul(DType dtype, const ExpertMatmulJob* jobs, int64_t n_jobs, int
     case DType::kF32: WEFT_EXPERT(DType::kF32); break;
     case DType::kF16: WEFT_EXPERT(DType::kF16); break;
     case DType::kBF16: WEFT_EXPERT(DType::kBF16); break;
+    case DType::kQ8_0: WEFT_EXPERT(DType::kQ8_0); break;
     default: check(cudaErrorInvalidValue, "expert_matmul: weight type not yet on CUDA");
   }
 #undef WEFT_EXPERT
@@ -774,6 +794,7 @@ void down_combine(DType dtype, const DownCombine& a, cudaStream_t stream) {
     case DType::kF32: WEFT_DOWN_COMBINE(DType::kF32); break;
     case DType::kF16: WEFT_DOWN_COMBINE(DType::kF16); break;
     case DType::kBF16: WEFT_DOWN_COMBINE(DType::kBF16); break;
+    case DType::kQ8_0: WEFT_DOWN_COMBINE(DType::kQ8_0); break;
     default: check(cudaErrorInvalidValue, "down_combine: weight type not yet on CUDA");
   }
 #undef WEFT_DOWN_COMBINE
@@ -865,6 +886,7 @@ void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x
     case DType::kF32: WEFT_MATVEC(DType::kF32); break;
     case DType::kF16: WEFT_MATVEC(DType::kF16); break;
     case DType::kBF16: WEFT_MATVEC(DType::kBF16); break;
+    case DType::kQ8_0: WEFT_MATVEC(DType::kQ8_0); break;
 #undef WEFT_MATVEC
 #undef WEFT_MATVEC_R
     default: check(cudaErrorInvalidValue, "matvec_multi: weight type not yet on CUDA");
@@ -872,7 +894,9 @@ void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x
   WEFT_CUDA_LAUNCHED();
 }
 
-bool matmul_supports(DType dtype) { return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16; }
+bool matmul_supports(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16 || dtype == DType::kQ8_0;
+}
 
 void matmul(DType dtype, const void* w, size_t row_bytes, int64_t N, int64_t K, const float* x, int64_t ldx,
             int64_t T, float* y, int64_t ldy, cudaStream_t stream) {
@@ -881,6 +905,7 @@ void matmul(DType dtype, const void* w, size_t row_bytes, int64_t N, int64_t K, 
     case DType::kF32: launch<DType::kF32>(w, row_bytes, N, K, x, ldx, T, y, ldy, stream); break;
     case DType::kF16: launch<DType::kF16>(w, row_bytes, N, K, x, ldx, T, y, ldy, stream); break;
     case DType::kBF16: launch<DType::kBF16>(w, row_bytes, N, K, x, ldx, T, y, ldy, stream); break;
+    case DType::kQ8_0: launch<DType::kQ8_0>(w, row_bytes, N, K, x, ldx, T, y, ldy, stream); break;
     default: check(cudaErrorInvalidValue, "matmul: weight type not yet on CUDA");
   }
 }

@@ -1,0 +1,40 @@
+// How block-quantized weights sit in GPU memory, and how the product kernels read them.
+//
+// q8_0 (GGUF: blocks of 32 weights, 34 bytes each, an f16 scale d then 32 int8 quants q; the
+// weight is q·d). On the GPU a row of K weights (K % 32 == 0) keeps the same row_bytes (34 K / 32)
+// but is repacked at upload (repack_q8_0_rows) into its K quants in order, then its K / 32 scales:
+//
+//     [ q[0] q[1] ... q[K-1] | d[0] d[1] ... d[K/32-1] ]
+//
+// so the 8 quants of a lane's group (the products' unit: 8 consecutive columns, see matmul.cuh) are
+// one aligned 8-byte load, where GGUF's 34-byte blocks only allow 2-byte ones. Same bytes moved,
+// same size, so every host-side address of a matrix (row slices of fused tensors, tied embeddings)
+// maps to the device as before. A weight is float(q) · float(d): exact in f32 (8 x 11 significant
+// bits), so a product over q8_0 weights is the product over the dequantized f32 matrix, in the
+// kernels' per-element order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace weft::cuda {
+
+// Host: rows x K weights from GGUF's q8_0 blocks (src, rows · 34 K / 32 bytes) into the device
+// layout above (dst, same size; dst != src). K must be a multiple of 32.
+void repack_q8_0_rows(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t K);
+// Host: weight k of a row in the device layout (tests read it back with this).
+float q8_0_device_weight(const uint8_t* row, int64_t K, int64_t k);
+
+#ifdef __CUDACC__
+// Device: the scale of weight k's block in a device-layout row of K weights.
+__device__ __forceinline__ uint16_t q8_0_scale_bits(const uint8_t* row, int64_t K, int64_t k) {
+  return reinterpret_cast<const uint16_t*>(row + K)[k / 32];
+}
+// Device: the 4 weights of quant bytes `word` (little-endian) times the scale d.
+__device__ __forceinline__ void q8_0_unpack4(uint32_t word, float d, float* out) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) out[i] = float(int8_t(uint8_t(word >> (8 * i)))) * d;
+}
+#endif
+
+}  // namespace weft::cuda
