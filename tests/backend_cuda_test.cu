@@ -605,6 +605,35 @@ TEST(CudaMatvec, Q8_0ProductsMatchTheDequantizedProduct) {
       for (int j = 0; j < jobs.n; ++j)
         EXPECT_EQ(std::memcmp(one.data() + j * N, batch.data() + t * N, size_t(N) * 4), 0) << what << ", token " << t << ", job " << j;
     }
+    // Mixed weight types in one launch (MatvecJobs::mixed): a bf16 product of 3 rows before and
+    // after the q8_0 one, each output the bits of its own single-type launch.
+    std::vector<uint16_t> wb(size_t(3 * K));
+    for (auto& v : wb) v = f32_to_bf16(nd(rng));
+    void *dwb = nullptr, *dyb = nullptr, *dym = nullptr;
+    ASSERT_EQ(cudaMalloc(&dwb, wb.size() * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dyb, 3 * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dym, size_t(N + 6) * 4), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dwb, wb.data(), wb.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    cuda::MatvecJobs single;
+    single.n = 1, single.w[0] = dwb, single.row_bytes[0] = size_t(K) * 2, single.N[0] = 3, single.y[0] = static_cast<float*>(dyb);
+    cuda::matvec_multi(DType::kBF16, single, K, static_cast<float*>(dx), nullptr);
+    const std::vector<float> ref_b = get(static_cast<float*>(dyb), 3);
+    cuda::MatvecJobs mixed;
+    mixed.n = 3, mixed.mixed = true;
+    float* ym = static_cast<float*>(dym);
+    const void* mw[3] = {dwb, dw, dwb};
+    const DType mt[3] = {DType::kBF16, DType::kQ8_0, DType::kBF16};
+    const int64_t mn[3] = {3, N, 3};
+    float* my[3] = {ym, ym + 3, ym + 3 + N};
+    for (int j = 0; j < 3; ++j)
+      mixed.w[j] = mw[j], mixed.type[j] = mt[j], mixed.N[j] = mn[j], mixed.y[j] = my[j],
+      mixed.row_bytes[j] = mt[j] == DType::kQ8_0 ? row_bytes : size_t(K) * 2;
+    cuda::matvec_multi(DType::kBF16, mixed, K, static_cast<float*>(dx), nullptr);
+    const std::vector<float> got = get(ym, N + 6);
+    EXPECT_EQ(std::memcmp(got.data(), ref_b.data(), 12), 0) << what << ": mixed launch, bf16 job 0";
+    EXPECT_EQ(std::memcmp(got.data() + 3, batch.data(), size_t(N) * 4), 0) << what << ": mixed launch, q8_0 job";
+    EXPECT_EQ(std::memcmp(got.data() + 3 + N, ref_b.data(), 12), 0) << what << ": mixed launch, bf16 job 2";
+    cudaFree(dwb), cudaFree(dyb), cudaFree(dym);
     cudaFree(dw), cudaFree(dx), cudaFree(dy), cudaFree(dy1);
   }
 }

@@ -33,7 +33,7 @@ stamp "backend_cuda_test rc=$?: $(grep -c '^\[       OK \]' "$OUT/test.log") pas
 grep -E '^\[  FAILED  \]|rel_rms cuda q8_0' "$OUT/test.log" | head -30
 
 model=${MODEL_DIR:-/tmp}/q35_L${LAYERS}_E${EXPERTS}_q8_0.gguf
-timeout "${SYNTH_S:-240}" "$BUILD/weft" synth --preset qwen3.5-35b-a3b --layers "$LAYERS" --experts "$EXPERTS" \
+[[ -s $model ]] || timeout "${SYNTH_S:-240}" "$BUILD/weft" synth --preset qwen3.5-35b-a3b --layers "$LAYERS" --experts "$EXPERTS" \
   --format gguf --type q8_0 -o "$model" > "$OUT/synth.log" 2>&1
 stamp "synth rc=$? $(du -h "$model" 2>/dev/null | cut -f1)"
 "$BUILD/weft" info -m "$model" > "$OUT/info.log" 2>&1
@@ -49,3 +49,16 @@ for ((r = 1; r <= ${ROUNDS:-2}; r++)); do
   stamp "bf16 weights, run $r (rc $?)"
   grep -E '^\| [0-9]+ \| (f16|q8_0) \||bytes per token|read per token' "$OUT/bench_bf16_${r}.log" | head -6
 done
+
+# Per-op GPU time of a decode step (events around every op, graphs off: each op's own time), q8_0
+# weights then bf16, when PROFILE=1.
+if [[ ${PROFILE:-0} == 1 ]]; then
+  WEFT_CUDA_PROFILE=1 timeout 120 "$BUILD/weft" bench --device cuda -m "$model" --ctx 4096 --gen 16 -q --arms f16 \
+    --repeats 1 > "$OUT/profile_q8.log" 2>&1
+  stamp "profile q8_0 (rc $?)"
+  grep -E '^\| ' "$OUT/profile_q8.log" | grep -v -E '^\| [0-9]+ \|' | head -40
+  WEFT_CUDA_PROFILE=1 timeout 120 "$BUILD/weft" bench --device cuda --synthetic qwen3.5-35b-a3b --layers "$LAYERS" \
+    --experts "$EXPERTS" --ctx 4096 --gen 16 -q --arms f16 --repeats 1 > "$OUT/profile_bf16.log" 2>&1
+  stamp "profile bf16 (rc $?)"
+  grep -E '^\| ' "$OUT/profile_bf16.log" | grep -v -E '^\| [0-9]+ \|' | head -40
+fi

@@ -424,6 +424,7 @@ class CudaBackend final : public Backend {
       auto run = std::make_shared<MatvecRun>();
       run->x = sw->gate, run->up = sw->up, run->K = K, run->type = dt;
       run->jobs.n = 1, run->jobs.w[0] = wd, run->jobs.row_bytes[0] = rb, run->jobs.N[0] = N, run->jobs.y[0] = y;
+      run->jobs.type[0] = dt;
       launch("swiglu+matmul", [run, this] { cuda::matvec_multi(run->type, run->jobs, run->K, run->x, stream_, run->up); });
       open_matvec_.reset();  // its input is not x: nothing joins it
       return;
@@ -436,6 +437,7 @@ class CudaBackend final : public Backend {
       auto run = std::make_shared<MatvecRun>();
       run->x = x, run->gate = g->gate, run->K = K, run->type = dt;
       run->jobs.n = 1, run->jobs.w[0] = wd, run->jobs.row_bytes[0] = rb, run->jobs.N[0] = N, run->jobs.y[0] = y;
+      run->jobs.type[0] = dt;
       launch("mul_sigmoid+matmul", [run, this] {
         cuda::matvec_multi(run->type, run->jobs, run->K, run->x, stream_, nullptr, nullptr, run->gate);
       });
@@ -453,6 +455,7 @@ class CudaBackend final : public Backend {
       run->x = x, run->K = K, run->type = dt;
       run->norm = cuda::NormInput{r->a, static_cast<unsigned*>(norm_counter_.ptr)};
       run->jobs.n = 1, run->jobs.w[0] = wd, run->jobs.row_bytes[0] = rb, run->jobs.N[0] = N, run->jobs.y[0] = y;
+      run->jobs.type[0] = dt;
       launch("residual+rmsnorm+matmul", [run, this] {
         cuda::matvec_multi(run->type, run->jobs, run->K, run->x, stream_, nullptr, nullptr, nullptr, &*run->norm);
       });
@@ -460,12 +463,18 @@ class CudaBackend final : public Backend {
       open_matvec_id_ = recorder_->last_op_id();
       return;
     }
+    // Products of another weight type join a plain launch too (cuda::MatvecJobs::mixed): a GGUF's
+    // router stays bf16 or f32 beside its q8_0 shared expert.
+    const auto joinable_type = [&](const MatvecRun& r) {
+      return r.type == dt || (!r.up && !r.gate && !r.norm && !r.tail);
+    };
     if (one_token && open_matvec_ && open_matvec_id_ == recorder_->last_op_id() && open_matvec_->x == x &&
-        open_matvec_->K == K && open_matvec_->type == dt && open_matvec_->jobs.n < cuda::kMaxMatvecJobs &&
+        open_matvec_->K == K && joinable_type(*open_matvec_) && open_matvec_->jobs.n < cuda::kMaxMatvecJobs &&
         !(open_matvec_->norm && (y == open_matvec_->norm->a.x || y == open_matvec_->norm->a.y ||
                                  y == open_matvec_->norm->a.shared || y == open_matvec_->norm->a.xn))) {
       cuda::MatvecJobs& j = open_matvec_->jobs;
-      j.w[j.n] = wd, j.row_bytes[j.n] = rb, j.N[j.n] = N, j.y[j.n] = y;
+      j.w[j.n] = wd, j.row_bytes[j.n] = rb, j.N[j.n] = N, j.y[j.n] = y, j.type[j.n] = dt;
+      if (dt != open_matvec_->type) j.mixed = true;
       ++j.n;
       return;
     }
@@ -473,6 +482,7 @@ class CudaBackend final : public Backend {
       auto run = std::make_shared<MatvecRun>();
       run->x = x, run->K = K, run->type = dt;
       run->jobs.n = 1, run->jobs.w[0] = wd, run->jobs.row_bytes[0] = rb, run->jobs.N[0] = N, run->jobs.y[0] = y;
+      run->jobs.type[0] = dt;
       launch(op, [run, this] {
         if (run->tail) timing_name_ = "matmul+moe_route";
         cuda::matvec_multi(run->type, run->jobs, run->K, run->x, stream_, nullptr, run->tail ? &*run->tail : nullptr);
@@ -734,7 +744,7 @@ class CudaBackend final : public Backend {
     // its launch) is routed by that launch's last block (cuda::RouteTail), no launch of its own.
     bool routed = false;
     if (MatvecRun* m = open_matvec(); m && rows == 1 && fuse_route_on_ && !m->up && !m->tail && !m->norm &&
-                                      cuda::route_tail_fits(n_experts, k)) {
+                                      !m->jobs.mixed && cuda::route_tail_fits(n_experts, k)) {
       for (int j = 0; j < m->jobs.n; ++j)
         if (m->jobs.y[j] == logits && m->jobs.N[j] == n_experts) routed = true;
       if (routed) {

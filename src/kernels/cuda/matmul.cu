@@ -438,14 +438,11 @@ __device__ void route_in_last_block(const RouteTail& t, float* shared) {
 // EARLY: the first pass of weight loads (constant: no kernel writes weights while products run)
 // is issued before pdl_begin's wait, into registers, so the product's first memory round trip
 // overlaps its predecessor's tail instead of following it (cuda::matvec_early). Same bits.
-template <DType D, int SW, int R, bool TAIL = false, bool WIDE = false, bool EARLY = false>
-__global__ void __launch_bounds__(kMatvecWarps * 32)
-    matvec_multi_kernel(MatvecJobs jobs, MatvecBlocks blocks, int64_t K, const float* x, const float* up,
-                        bool prefetch, RouteTail tail, NormInput norm) {
-  static_assert(!TAIL || (SW == kPlain && kMatvecWarps * 32 == kTopkThreads), "the routing tail: plain input, one routing block");
-  extern __shared__ float4 staged4[];
-  int j = 0;
-  while (j + 1 < jobs.n && int(blockIdx.x) >= blocks.begin[j + 1]) ++j;
+// One block's work: rows of job j (the block's job, found by the caller) of weight type D.
+template <DType D, int SW, int R, bool TAIL, bool WIDE, bool EARLY>
+__device__ __forceinline__ void matvec_multi_block(const MatvecJobs& jobs, int j, const MatvecBlocks& blocks, int64_t K,
+                                                   const float* x, const float* up, bool prefetch, const RouteTail& tail,
+                                                   const NormInput& norm, float4* staged4) {
   const int64_t n0 = (int64_t(int(blockIdx.x) - blocks.begin[j]) * kMatvecWarps + threadIdx.x / 32) * R;
   const int n_rows = n0 >= jobs.N[j] ? 0 : int(jobs.N[j] - n0 < R ? jobs.N[j] - n0 : R);
   const uint8_t* rows[R];
@@ -476,6 +473,51 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
   }
   if constexpr (SW == kNormStaged) norm_writes_in_last_block(norm, x, K);
   if constexpr (TAIL) route_in_last_block(tail, reinterpret_cast<float*>(staged4));
+}
+
+__device__ __forceinline__ int matvec_block_job(const MatvecJobs& jobs, const MatvecBlocks& blocks) {
+  int j = 0;
+  while (j + 1 < jobs.n && int(blockIdx.x) >= blocks.begin[j + 1]) ++j;
+  return j;
+}
+
+template <DType D, int SW, int R, bool TAIL = false, bool WIDE = false, bool EARLY = false>
+__global__ void __launch_bounds__(kMatvecWarps * 32)
+    matvec_multi_kernel(MatvecJobs jobs, MatvecBlocks blocks, int64_t K, const float* x, const float* up,
+                        bool prefetch, RouteTail tail, NormInput norm) {
+  static_assert(!TAIL || (SW == kPlain && kMatvecWarps * 32 == kTopkThreads), "the routing tail: plain input, one routing block");
+  extern __shared__ float4 staged4[];
+  matvec_multi_block<D, SW, R, TAIL, WIDE, EARLY>(jobs, matvec_block_job(jobs, blocks), blocks, K, x, up, prefetch,
+                                                  tail, norm, staged4);
+}
+
+// The same launch over jobs of different weight types (MatvecJobs::mixed: a bf16 router beside
+// q8_0 expert products, as llama.cpp's quantizer leaves them): each block takes its job's type,
+// a branch the whole block agrees on. Plain input only.
+template <int R, bool WIDE, bool EARLY>
+__global__ void __launch_bounds__(kMatvecWarps * 32)
+    matvec_mixed_kernel(MatvecJobs jobs, MatvecBlocks blocks, int64_t K, const float* x, bool prefetch) {
+  const int j = matvec_block_job(jobs, blocks);
+  const RouteTail tail{};
+  const NormInput norm{};
+  switch (jobs.type[j]) {
+    case DType::kF32:
+      matvec_multi_block<DType::kF32, kPlain, R, false, WIDE, false>(jobs, j, blocks, K, x, nullptr, prefetch, tail,
+                                                                     norm, nullptr);
+      break;
+    case DType::kF16:
+      matvec_multi_block<DType::kF16, kPlain, R, false, WIDE, EARLY>(jobs, j, blocks, K, x, nullptr, prefetch, tail,
+                                                                     norm, nullptr);
+      break;
+    case DType::kQ8_0:
+      matvec_multi_block<DType::kQ8_0, kPlain, R, false, WIDE, EARLY>(jobs, j, blocks, K, x, nullptr, prefetch, tail,
+                                                                      norm, nullptr);
+      break;
+    default:
+      matvec_multi_block<DType::kBF16, kPlain, R, false, WIDE, EARLY>(jobs, j, blocks, K, x, nullptr, prefetch, tail,
+                                                                      norm, nullptr);
+      break;
+  }
 }
 
 // Whether the dense one-token products prefetch their weights into L2 before waiting on their
@@ -870,6 +912,24 @@ void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x
   const bool pf = matvec_prefetch();
   const bool wide = R == 1 && K >= kWidePassK && matvec_wide();
   const bool early = matvec_early();
+  bool mixed = false;
+  if (jobs.mixed) {
+    for (int j = 0; j < jobs.n; ++j) {
+      if (!matmul_supports(jobs.type[j])) check(cudaErrorInvalidValue, "matvec_multi: weight type not yet on CUDA");
+      mixed = mixed || jobs.type[j] != jobs.type[0];
+    }
+    dtype = jobs.type[0];
+  }
+  if (mixed) {
+    if (mode != kPlain || tail) check(cudaErrorInvalidValue, "matvec_multi: mixed weight types only on a plain input");
+#define WEFT_MIXED(RR, WW, EE) launch_pdl(matvec_mixed_kernel<RR, WW, EE>, grid, threads, 0, stream, jobs, blocks, K, x, pf)
+    if (R == 2) early ? WEFT_MIXED(2, false, true) : WEFT_MIXED(2, false, false);
+    else if (wide) early ? WEFT_MIXED(1, true, true) : WEFT_MIXED(1, true, false);
+    else early ? WEFT_MIXED(1, false, true) : WEFT_MIXED(1, false, false);
+#undef WEFT_MIXED
+    WEFT_CUDA_LAUNCHED();
+    return;
+  }
   const MatvecLaunch l{grid, threads, smem, stream, jobs, blocks, K, x, pf, t, nin};
   switch (dtype) {
 #define WEFT_MATVEC_R(D, RR)                                                                                   \

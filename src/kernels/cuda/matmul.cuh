@@ -85,7 +85,9 @@ void down_combine(DType dtype, const DownCombine& a, cudaStream_t stream);
 
 // Several one-token products of the same input row x (q/k/v, the GDN input projections, a gate
 // and an up projection) in one launch; each output element gets `matmul`'s order, so the bits are
-// those of one matmul call per product. All weights of one type, each matmul_vec_ok with x.
+// those of one matmul call per product. Each weight matmul_vec_ok with x; all of matvec_multi's
+// `dtype`, or, when `mixed` is set, each of its own type type[j] (plain input only: no up, tail,
+// sigmoid gate or norm), e.g. a bf16 router beside q8_0 shared-expert products.
 constexpr int kMaxMatvecJobs = 8;
 struct MatvecJobs {
   int n = 0;
@@ -93,6 +95,8 @@ struct MatvecJobs {
   size_t row_bytes[kMaxMatvecJobs] = {};
   int64_t N[kMaxMatvecJobs] = {};
   float* y[kMaxMatvecJobs] = {};
+  bool mixed = false;
+  DType type[kMaxMatvecJobs] = {};
 };
 // A one-row MoE routing (moe_route's, same bits) run by the block of a matvec_multi launch that
 // finishes last, once every product of the launch is written, instead of in a launch of its own

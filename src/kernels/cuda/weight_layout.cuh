@@ -30,10 +30,15 @@ float q8_0_device_weight(const uint8_t* row, int64_t K, int64_t k);
 __device__ __forceinline__ uint16_t q8_0_scale_bits(const uint8_t* row, int64_t K, int64_t k) {
   return reinterpret_cast<const uint16_t*>(row + K)[k / 32];
 }
-// Device: the 4 weights of quant bytes `word` (little-endian) times the scale d.
+// Device: the 4 weights of quant bytes `word` (little-endian) times the scale d. The int8 -> f32
+// conversion without I2F (a quarter-rate instruction, which at the H200's ~16 weight bytes per
+// SM clock would be the limit): byte q + 128 becomes the low mantissa byte of 2^23 (one byte
+// permute), and subtracting 2^23 + 128 leaves q exactly.
 __device__ __forceinline__ void q8_0_unpack4(uint32_t word, float d, float* out) {
+  const uint32_t biased = word ^ 0x80808080u;  // q + 128 in each byte
 #pragma unroll
-  for (int i = 0; i < 4; ++i) out[i] = float(int8_t(uint8_t(word >> (8 * i)))) * d;
+  for (int i = 0; i < 4; ++i)
+    out[i] = (__uint_as_float(__byte_perm(biased, 0x4B000000u, 0x7540u | unsigned(i))) - 8388736.0f) * d;
 }
 #endif
 
