@@ -57,6 +57,7 @@ if [[ ${PROFILE:-0} == 1 ]]; then
     --repeats 1 > "$OUT/profile_q8.log" 2>&1
   stamp "profile q8_0 (rc $?)"
   grep -E '^\| ' "$OUT/profile_q8.log" | grep -v -E '^\| [0-9]+ \|' | head -40
+  [[ ${PROFILE_BF16:-1} == 1 ]] || exit 0
   WEFT_CUDA_PROFILE=1 timeout 120 "$BUILD/weft" bench --device cuda --synthetic qwen3.5-35b-a3b --layers "$LAYERS" \
     --experts "$EXPERTS" --ctx 4096 --gen 16 -q --arms f16 --repeats 1 > "$OUT/profile_bf16.log" 2>&1
   stamp "profile bf16 (rc $?)"

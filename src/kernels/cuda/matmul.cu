@@ -149,7 +149,6 @@ __device__ __forceinline__ Raw8 load_raw8(const uint8_t* row, int64_t k, int64_t
   if constexpr (D == DType::kQ8_0) {
     const uint2 q = *reinterpret_cast<const uint2*>(row + k);
     r.a.x = q.x, r.a.y = q.y, r.a.z = q8_0_scale_bits(row, K, k);
-    r.b = r.a;
   } else if constexpr (D == DType::kF32) {
     const uint4* p = reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(row) + k);
     r.a = p[0], r.b = p[1];
@@ -182,9 +181,7 @@ __device__ __forceinline__ void unpack8(const Raw8& r, float* out) {
 // Groups per lane in one pass of matvec_rows, and a pass's weights as loaded (raw, unpacked at use).
 template <DType D, int R, bool WIDE>
 constexpr int matvec_pass_groups() {
-  // q8_0: twice the groups (half the bytes each), so a pass keeps as many bytes in flight.
-  return (D == DType::kF32 ? kMatvecGroups / 2 : D == DType::kQ8_0 ? 2 * kMatvecGroups : kMatvecGroups) / R *
-         (WIDE ? 2 : 1);
+  return (D == DType::kF32 ? kMatvecGroups / 2 : kMatvecGroups) / R * (WIDE ? 2 : 1);
 }
 template <DType D, int R, bool WIDE>
 struct MatvecPass {
@@ -640,7 +637,9 @@ __device__ __forceinline__ void stage_slots(float* xs, const float* gate, const 
 // line of an earlier layer's routing. 2: also the first pass of weight loads (constant) before the
 // wait. Same values read in every mode, so the same bits.
 template <DType D, int R, int EARLY>
-__global__ void __launch_bounds__(kMatvecWarps * 32) down_combine_kernel(DownCombine a) {
+// q8_0: held to two blocks per SM (a second pointer per row for the block scales would otherwise
+// leave one; a few bytes spill instead).
+__global__ void __launch_bounds__(kMatvecWarps * 32, D == DType::kQ8_0 ? 2 : 1) down_combine_kernel(DownCombine a) {
   if constexpr (EARLY == 0) pdl_begin();
   extern __shared__ float4 staged4[];
   float* xs = reinterpret_cast<float*>(staged4);
@@ -923,8 +922,8 @@ void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x
   if (mixed) {
     if (mode != kPlain || tail) check(cudaErrorInvalidValue, "matvec_multi: mixed weight types only on a plain input");
 #define WEFT_MIXED(RR, WW, EE) launch_pdl(matvec_mixed_kernel<RR, WW, EE>, grid, threads, 0, stream, jobs, blocks, K, x, pf)
+    // (No wide passes here: one body per type in one kernel leaves them too few registers.)
     if (R == 2) early ? WEFT_MIXED(2, false, true) : WEFT_MIXED(2, false, false);
-    else if (wide) early ? WEFT_MIXED(1, true, true) : WEFT_MIXED(1, true, false);
     else early ? WEFT_MIXED(1, false, true) : WEFT_MIXED(1, false, false);
 #undef WEFT_MIXED
     WEFT_CUDA_LAUNCHED();
