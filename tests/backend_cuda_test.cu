@@ -92,8 +92,11 @@ std::vector<float> run(const Model& m, const SessionOptions& so, const std::vect
 // kernels. Its reference is its f32 twin: the same GGUF requantized to f32 (`weft quantize --type
 // f32`: the dequantized weights q·d, exactly the values the GPU's q8_0 kernels multiply by), run on
 // the CPU (whose own q8_0 kernels quantize the activations too, so they are not that reference).
-constexpr const char* kQ8Suffix = "@q8_0";
-bool is_q8_param(const std::string& p) { return p.size() > 5 && p.compare(p.size() - 5, 5, kQ8Suffix) == 0; }
+// "NAME@q4_0" likewise with q4_0 weights (the output head and a few others q8_0, as llama.cpp's
+// quantizer types them).
+bool is_q8_param(const std::string& p) { return p.find('@') != std::string::npos; }
+std::string base_of(const std::string& p) { return p.substr(0, p.find('@')); }
+WeightScheme scheme_of(const std::string& p) { return p.substr(p.find('@') + 1) == "q4_0" ? WeightScheme::kQ4_0 : WeightScheme::kQ8_0; }
 
 class CudaBackendTest : public ::testing::TestWithParam<std::string> {
  protected:
@@ -101,9 +104,8 @@ class CudaBackendTest : public ::testing::TestWithParam<std::string> {
     if (Status s = check_device(Device::kCuda); !s.ok()) GTEST_SKIP() << "no GPU here: " << s.message();
     std::string path = model_dir_of(GetParam());
     if (is_q8_param(GetParam())) {
-      const std::string tmp = test::temp_dir("cuda_q8"), q8 = tmp + "/q8_0.gguf", f32 = tmp + "/f32.gguf";
-      const std::string base = GetParam().substr(0, GetParam().size() - 5);
-      Status s = convert_hf_to_gguf(model_dir_of(base), q8, WeightScheme::kQ8_0);
+      const std::string tmp = test::temp_dir("cuda_q8"), q8 = tmp + "/quantized.gguf", f32 = tmp + "/f32.gguf";
+      Status s = convert_hf_to_gguf(model_dir_of(base_of(GetParam())), q8, scheme_of(GetParam()));
       ASSERT_TRUE(s.ok()) << s.message();
       s = quantize_gguf(q8, f32, WeightScheme::kF32);
       ASSERT_TRUE(s.ok()) << s.message();
@@ -175,14 +177,14 @@ TEST_P(CudaBackendTest, AgreesWithCpuBackend) {
       const std::vector<float> gpu = run(*model_, options(Device::kCuda, kv), prompt, steps);
       const double err = rel_rms(gpu, cpu);
       EXPECT_LT(err, kv == DType::kF32 ? 1e-4 : 5e-3) << dtype_name(kv);
-      std::printf("[ %s kv=%s ] rel_rms cuda q8_0 vs cpu f32 twin %.3g\n", GetParam().c_str(), dtype_name(kv), err);
+      std::printf("[ %s kv=%s ] rel_rms cuda quantized vs cpu f32 twin %.3g\n", GetParam().c_str(), dtype_name(kv), err);
     }
-    auto orig = Model::load(model_dir_of(GetParam().substr(0, GetParam().size() - 5)));
+    auto orig = Model::load(model_dir_of(base_of(GetParam())));
     ASSERT_TRUE(orig.ok()) << orig.status().message();
     const double q_err = rel_rms(run(*model_, options(Device::kCuda, DType::kF32), prompt, steps),
                                  run(*orig.value(), options(Device::kCpu, DType::kF32), prompt, steps));
     EXPECT_GT(q_err, 1e-4) << "the q8_0 model gives the unquantized logits: were its weights quantized?";
-    std::printf("[ %s ] rel_rms cuda q8_0 vs the checkpoint %.3g\n", GetParam().c_str(), q_err);
+    std::printf("[ %s ] rel_rms cuda quantized vs the checkpoint %.3g\n", GetParam().c_str(), q_err);
     return;
   }
   const std::vector<float> cpu_f16 = run(*model_, options(Device::kCpu), prompt, steps);
@@ -375,7 +377,8 @@ INSTANTIATE_TEST_SUITE_P(All, CudaBackendTest,
 // model's geometry. Test names cannot hold '@': "qwen35_dense_q8_0" etc.
 INSTANTIATE_TEST_SUITE_P(Q8, CudaBackendTest,
                          ::testing::Values("qwen35_dense@q8_0", "qwen35_moe_hd256@q8_0", "qwen3next_moe@q8_0",
-                                           "llama_f32@q8_0", "qwen3_tied_f16@q8_0", "weft_tiny_hybrid_ref@q8_0"),
+                                           "llama_f32@q8_0", "qwen3_tied_f16@q8_0", "weft_tiny_hybrid_ref@q8_0",
+                                           "qwen35_moe_hd256@q4_0", "weft_tiny_hybrid_ref@q4_0"),
                          [](const ::testing::TestParamInfo<std::string>& i) {
                            std::string n = i.param;
                            n.replace(n.find('@'), 1, "_");
@@ -514,17 +517,27 @@ TEST(CudaMatvec, OneTokenEqualsItsRowInABatch) {
   }
 }
 
-// GGUF q8_0 rows of random blocks (random f16 scales of both signs, some zero; every int8 value).
-std::vector<uint8_t> random_q8_0_rows(int64_t rows, int64_t K, std::mt19937& rng) {
-  std::vector<uint8_t> bytes(size_t(rows * K / 32 * 34));
-  std::uniform_int_distribution<int> q(-128, 127), pick(0, 15);
+// GGUF q8_0 (or q4_0) rows of random blocks: random f16 scales of both signs, some zero, then
+// random quant bytes (every int8 value; every nibble pair).
+std::vector<uint8_t> random_block_rows(DType t, int64_t rows, int64_t K, std::mt19937& rng) {
+  const size_t block = t == DType::kQ4_0 ? 18 : 34;
+  std::vector<uint8_t> bytes(size_t(rows * K / 32) * block);
+  std::uniform_int_distribution<int> q(0, 255), pick(0, 15);
   std::normal_distribution<float> scale(0.0f, 0.01f);
-  for (size_t b = 0; b < bytes.size(); b += 34) {
+  for (size_t b = 0; b < bytes.size(); b += block) {
     const uint16_t d = pick(rng) == 0 ? uint16_t(0) : f32_to_f16(scale(rng));
     std::memcpy(&bytes[b], &d, 2);
-    for (int i = 0; i < 32; ++i) bytes[b + 2 + size_t(i)] = uint8_t(int8_t(q(rng)));
+    for (size_t i = 2; i < block; ++i) bytes[b + i] = uint8_t(q(rng));
   }
   return bytes;
+}
+std::vector<uint8_t> random_q8_0_rows(int64_t rows, int64_t K, std::mt19937& rng) {
+  return random_block_rows(DType::kQ8_0, rows, K, rng);
+}
+GgmlType ggml_of(DType t) { return t == DType::kQ4_0 ? GgmlType::kQ4_0 : GgmlType::kQ8_0; }
+void repack_rows(DType t, const uint8_t* src, uint8_t* dst, int64_t rows, int64_t K) {
+  if (t == DType::kQ4_0) cuda::repack_q4_0_rows(src, dst, rows, K);
+  else cuda::repack_q8_0_rows(src, dst, rows, K);
 }
 
 // The device layout of q8_0 (kernels/cuda/weight_layout.cuh) holds exactly the weights of GGUF's
@@ -550,22 +563,44 @@ TEST(CudaWeightLayout, RepackedQ8_0RowsHoldTheBlocksWeights) {
   EXPECT_THROW(cuda::repack_q8_0_rows(dst.data(), dst.data(), 1, 48), std::invalid_argument);
 }
 
+// The same for q4_0: every weight of the repacked rows equals dequantize_row's.
+TEST(CudaWeightLayout, RepackedQ4_0RowsHoldTheBlocksWeights) {
+  std::mt19937 rng(6);
+  for (const auto& [rows, K] : std::vector<std::pair<int64_t, int64_t>>{{1, 32}, {7, 96}, {3, 2048}, {5, 2080}}) {
+    const std::vector<uint8_t> gguf = random_block_rows(DType::kQ4_0, rows, K, rng);
+    std::vector<uint8_t> dev(gguf.size(), 0xAB);
+    cuda::repack_q4_0_rows(gguf.data(), dev.data(), rows, K);
+    const size_t row_bytes = size_t(K / 32 * 18);
+    ASSERT_EQ(int64_t(row_bytes), cuda::block_row_bytes(true, K));
+    std::vector<float> ref(static_cast<size_t>(K));
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_row(GgmlType::kQ4_0, gguf.data() + size_t(r) * row_bytes, ref.data(), K);
+      for (int64_t k = 0; k < K; ++k) {
+        const float got = cuda::q4_0_device_weight(dev.data() + size_t(r) * row_bytes, K, k);
+        ASSERT_EQ(std::memcmp(&got, &ref[size_t(k)], 4), 0) << "row " << r << " of " << rows << ", K " << K << ", k " << k;
+      }
+    }
+  }
+}
+
 // q8_0 products on the GPU: the one-token kernel (one and two jobs a launch) gives the bits of the
 // token's row in the batched tile kernel, and both are the float64 product of the dequantized
 // weights within fp32 rounding (|err| <= 1e-5 · Σ|w·x|), at odd sizes: N not a multiple of the
 // rows of a warp or block, K of 1 to 257 blocks, rows that are not 16-byte multiples (K % 256 != 0:
 // the element-wise path of the tile kernel; the one-token kernel is not used there).
+// (And the same for q4_0.)
 TEST(CudaMatvec, Q8_0ProductsMatchTheDequantizedProduct) {
   if (Status s = check_device(Device::kCuda); !s.ok()) GTEST_SKIP() << "no GPU here: " << s.message();
   std::mt19937 rng(23);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const int64_t T = 5;
+  for (const DType type : {DType::kQ8_0, DType::kQ4_0})
   for (const auto& [N, K] : std::vector<std::pair<int64_t, int64_t>>{
            {2048, 4096}, {37, 4096}, {1089, 2048}, {5000, 512}, {9, 8224}, {3, 32}, {70, 2080}, {8, 8192}}) {
-    const std::vector<uint8_t> gguf = random_q8_0_rows(N, K, rng);
+    const std::vector<uint8_t> gguf = random_block_rows(type, N, K, rng);
     std::vector<uint8_t> dev(gguf.size());
-    cuda::repack_q8_0_rows(gguf.data(), dev.data(), N, K);
-    const size_t row_bytes = size_t(K / 32 * 34);
+    repack_rows(type, gguf.data(), dev.data(), N, K);
+    const size_t row_bytes = size_t(cuda::block_row_bytes(type == DType::kQ4_0, K));
     std::vector<float> x(size_t(T * K));
     for (auto& v : x) v = nd(rng);
     void *dw = nullptr, *dx = nullptr, *dy = nullptr, *dy1 = nullptr;
@@ -575,13 +610,13 @@ TEST(CudaMatvec, Q8_0ProductsMatchTheDequantizedProduct) {
     ASSERT_EQ(cudaMalloc(&dy1, size_t(2 * N) * 4), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(dw, dev.data(), dev.size(), cudaMemcpyHostToDevice), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-    cuda::matmul(DType::kQ8_0, dw, row_bytes, N, K, static_cast<float*>(dx), K, T, static_cast<float*>(dy), N, nullptr);
+    cuda::matmul(type, dw, row_bytes, N, K, static_cast<float*>(dx), K, T, static_cast<float*>(dy), N, nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const std::vector<float> batch = get(static_cast<float*>(dy), T * N);
-    const std::string what = "N " + std::to_string(N) + ", K " + std::to_string(K);
+    const std::string what = std::string(dtype_name(type)) + ", N " + std::to_string(N) + ", K " + std::to_string(K);
     std::vector<float> w(static_cast<size_t>(K));
     for (int64_t n = 0; n < N; ++n) {
-      dequantize_row(GgmlType::kQ8_0, gguf.data() + size_t(n) * row_bytes, w.data(), K);
+      dequantize_row(ggml_of(type), gguf.data() + size_t(n) * row_bytes, w.data(), K);
       for (int64_t t = 0; t < T; ++t) {
         double ref = 0, mag = 0;
         for (int64_t k = 0; k < K; ++k) {
@@ -600,7 +635,7 @@ TEST(CudaMatvec, Q8_0ProductsMatchTheDequantizedProduct) {
       jobs.n = t % 2 ? 2 : 1;
       for (int j = 0; j < jobs.n; ++j)
         jobs.w[j] = dw, jobs.row_bytes[j] = row_bytes, jobs.N[j] = N, jobs.y[j] = static_cast<float*>(dy1) + j * N;
-      cuda::matvec_multi(DType::kQ8_0, jobs, K, static_cast<float*>(dx) + t * K, nullptr);
+      cuda::matvec_multi(type, jobs, K, static_cast<float*>(dx) + t * K, nullptr);
       const std::vector<float> one = get(static_cast<float*>(dy1), jobs.n * N);
       for (int j = 0; j < jobs.n; ++j)
         EXPECT_EQ(std::memcmp(one.data() + j * N, batch.data() + t * N, size_t(N) * 4), 0) << what << ", token " << t << ", job " << j;
@@ -622,16 +657,16 @@ TEST(CudaMatvec, Q8_0ProductsMatchTheDequantizedProduct) {
     mixed.n = 3, mixed.mixed = true;
     float* ym = static_cast<float*>(dym);
     const void* mw[3] = {dwb, dw, dwb};
-    const DType mt[3] = {DType::kBF16, DType::kQ8_0, DType::kBF16};
+    const DType mt[3] = {DType::kBF16, type, DType::kBF16};
     const int64_t mn[3] = {3, N, 3};
     float* my[3] = {ym, ym + 3, ym + 3 + N};
     for (int j = 0; j < 3; ++j)
       mixed.w[j] = mw[j], mixed.type[j] = mt[j], mixed.N[j] = mn[j], mixed.y[j] = my[j],
-      mixed.row_bytes[j] = mt[j] == DType::kQ8_0 ? row_bytes : size_t(K) * 2;
+      mixed.row_bytes[j] = mt[j] == type ? row_bytes : size_t(K) * 2;
     cuda::matvec_multi(DType::kBF16, mixed, K, static_cast<float*>(dx), nullptr);
     const std::vector<float> got = get(ym, N + 6);
     EXPECT_EQ(std::memcmp(got.data(), ref_b.data(), 12), 0) << what << ": mixed launch, bf16 job 0";
-    EXPECT_EQ(std::memcmp(got.data() + 3, batch.data(), size_t(N) * 4), 0) << what << ": mixed launch, q8_0 job";
+    EXPECT_EQ(std::memcmp(got.data() + 3, batch.data(), size_t(N) * 4), 0) << what << ": mixed launch, quantized job";
     EXPECT_EQ(std::memcmp(got.data() + 3 + N, ref_b.data(), 12), 0) << what << ": mixed launch, bf16 job 2";
     cudaFree(dwb), cudaFree(dyb), cudaFree(dym);
     cudaFree(dw), cudaFree(dx), cudaFree(dy), cudaFree(dy1);

@@ -23,31 +23,34 @@ bool is_device_memory(const void* p) {
   return a.type == cudaMemoryTypeDevice;
 }
 
-// The host ranges of the q8_0 matrices, merged where views share rows (a tied embedding and
-// output head, row slices of a fused tensor), so each row is repacked into the device layout
-// (kernels/cuda/weight_layout.cuh) exactly once. Views that overlap without sharing their row grid
-// are an error (no such model exists; repacking one would corrupt the other).
-struct Q8Range {
+// The host ranges of the block-quantized matrices (q8_0, q4_0), merged where views share rows (a
+// tied embedding and output head, row slices of a fused tensor), so each row is repacked into the
+// device layout (kernels/cuda/weight_layout.cuh) exactly once. Views that overlap without sharing
+// their row grid and type are an error (no such model exists; repacking one would corrupt the other).
+struct BlockRange {
   uintptr_t begin, end;
   int64_t K;
+  DType type;
+  uintptr_t row_bytes() const { return uintptr_t(cuda::block_row_bytes(type == DType::kQ4_0, K)); }
 };
-Result<std::vector<Q8Range>> q8_0_ranges(const WeightSet& set) {
-  std::vector<Q8Range> ranges;
+Result<std::vector<BlockRange>> block_ranges(const WeightSet& set) {
+  std::vector<BlockRange> ranges;
   for (const Matrix& m : set.matrices) {
-    if (m.dtype != DType::kQ8_0 || m.rows == 0) continue;
+    if ((m.dtype != DType::kQ8_0 && m.dtype != DType::kQ4_0) || m.rows == 0) continue;
     if (m.cols % 32 != 0)
-      return Status::error("a q8_0 matrix of " + std::to_string(m.cols) + " columns (not a multiple of 32)");
+      return Status::error(std::string("a ") + dtype_name(m.dtype) + " matrix of " + std::to_string(m.cols) +
+                           " columns (not a multiple of 32)");
     const uintptr_t b = reinterpret_cast<uintptr_t>(m.data);
-    ranges.push_back({b, b + m.bytes(), m.cols});
+    ranges.push_back({b, b + m.bytes(), m.cols, m.dtype});
   }
-  std::sort(ranges.begin(), ranges.end(), [](const Q8Range& a, const Q8Range& b) { return a.begin < b.begin; });
-  std::vector<Q8Range> merged;
-  for (const Q8Range& r : ranges) {
+  std::sort(ranges.begin(), ranges.end(), [](const BlockRange& a, const BlockRange& b) { return a.begin < b.begin; });
+  std::vector<BlockRange> merged;
+  for (const BlockRange& r : ranges) {
     if (!merged.empty() && r.begin < merged.back().end) {
-      Q8Range& m = merged.back();
-      const uintptr_t row_bytes = uintptr_t(m.K / 32 * 34);
-      if (r.K != m.K || (r.begin - m.begin) % row_bytes != 0 || (r.end - m.begin) % row_bytes != 0)
-        return Status::error("two q8_0 weight views overlap without sharing their rows");
+      BlockRange& m = merged.back();
+      if (r.K != m.K || r.type != m.type || (r.begin - m.begin) % m.row_bytes() != 0 ||
+          (r.end - m.begin) % m.row_bytes() != 0)
+        return Status::error("two quantized weight views overlap without sharing their rows");
       m.end = std::max(m.end, r.end);
     } else {
       merged.push_back(r);
@@ -71,7 +74,7 @@ Result<std::shared_ptr<DeviceWeights>> DeviceWeights::upload(const WeightSet& se
     if (!cuda::matmul_supports(m.dtype))
       return Status::error(std::string("weight type ") + dtype_name(m.dtype) + " (a [" + std::to_string(m.rows) + ", " +
                            std::to_string(m.cols) + "] matrix) is not yet on CUDA; the CUDA backend takes bf16, "
-                           "f16, f32 and q8_0 weights (`weft quantize IN.gguf OUT.gguf --type q8_0`, or "
+                           "f16, f32, q8_0 and q4_0 weights (`weft quantize IN.gguf OUT.gguf --type q8_0`, or "
                            "`weft convert --type bf16`)");
     const uintptr_t b = reinterpret_cast<uintptr_t>(m.data);
     spans.push_back({b, b + m.bytes()});
@@ -80,8 +83,8 @@ Result<std::shared_ptr<DeviceWeights>> DeviceWeights::upload(const WeightSet& se
     const uintptr_t b = reinterpret_cast<uintptr_t>(v.data());
     spans.push_back({b, b + v.size_bytes()});
   }
-  auto q8 = q8_0_ranges(set);
-  if (!q8.ok()) return q8.status();
+  auto blocked = block_ranges(set);
+  if (!blocked.ok()) return blocked.status();
   std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
   // Merge overlapping ranges (slices of one fused tensor, tied embeddings) into one upload.
   std::vector<Span> merged;
@@ -99,13 +102,13 @@ Result<std::shared_ptr<DeviceWeights>> DeviceWeights::upload(const WeightSet& se
     if (first_on_device != is_device_memory(reinterpret_cast<const void*>(s.end - 1)))
       return Status::error("a weight range is partly in GPU memory and partly not (" + std::to_string(bytes) +
                            " bytes)");
-    // The q8_0 rows inside this span (the merged spans contain whole matrices).
-    std::vector<Q8Range> span_q8;
-    for (const Q8Range& r : q8.value())
-      if (r.begin >= s.begin && r.end <= s.end) span_q8.push_back(r);
+    // The block-quantized rows inside this span (the merged spans contain whole matrices).
+    std::vector<BlockRange> span_blocked;
+    for (const BlockRange& r : blocked.value())
+      if (r.begin >= s.begin && r.end <= s.end) span_blocked.push_back(r);
     if (first_on_device) {
-      if (!span_q8.empty())
-        return Status::error("q8_0 weights already in GPU memory (they must be uploaded from the host, "
+      if (!span_blocked.empty())
+        return Status::error("quantized weights already in GPU memory (they must be uploaded from the host, "
                              "which repacks them for the kernels)");
       w->resident_bytes_ += bytes;
       continue;
@@ -119,12 +122,15 @@ Result<std::shared_ptr<DeviceWeights>> DeviceWeights::upload(const WeightSet& se
     w->allocations_.push_back(base);
     uint8_t* dev = static_cast<uint8_t*>(base);
     const void* src = reinterpret_cast<const void*>(s.begin);
-    std::vector<uint8_t> staged;  // the span with its q8_0 rows in the device layout
-    if (!span_q8.empty()) {
+    std::vector<uint8_t> staged;  // the span with its quantized rows in the device layout
+    if (!span_blocked.empty()) {
       staged.assign(static_cast<const uint8_t*>(src), static_cast<const uint8_t*>(src) + bytes);
-      for (const Q8Range& r : span_q8) {
-        const int64_t rows = int64_t((r.end - r.begin) / uintptr_t(r.K / 32 * 34));
-        cuda::repack_q8_0_rows(reinterpret_cast<const uint8_t*>(r.begin), staged.data() + (r.begin - s.begin), rows, r.K);
+      for (const BlockRange& r : span_blocked) {
+        const int64_t rows = int64_t((r.end - r.begin) / r.row_bytes());
+        const uint8_t* from = reinterpret_cast<const uint8_t*>(r.begin);
+        uint8_t* to = staged.data() + (r.begin - s.begin);
+        if (r.type == DType::kQ4_0) cuda::repack_q4_0_rows(from, to, rows, r.K);
+        else cuda::repack_q8_0_rows(from, to, rows, r.K);
       }
       src = staged.data();
     }

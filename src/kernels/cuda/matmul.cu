@@ -22,6 +22,8 @@ __device__ __forceinline__ float load_w(const uint8_t* row, int64_t k, int64_t K
   if constexpr (D == DType::kF32) return reinterpret_cast<const float*>(row)[k];
   else if constexpr (D == DType::kF16) return f16_bits_to_f32(reinterpret_cast<const uint16_t*>(row)[k]);
   else if constexpr (D == DType::kQ8_0) return float(int8_t(row[k])) * f16_bits_to_f32(q8_0_scale_bits(row, K, k));
+  else if constexpr (D == DType::kQ4_0)
+    return float(int((row[k / 2] >> (4 * (k % 2))) & 0xF) - 8) * f16_bits_to_f32(q4_0_scale_bits(row, K, k));
   else return bf16_bits_to_f32(reinterpret_cast<const uint16_t*>(row)[k]);
 }
 
@@ -32,6 +34,8 @@ __device__ __forceinline__ void load_w8(const uint8_t* row, int64_t k, int64_t K
     const uint2 q = *reinterpret_cast<const uint2*>(row + k);
     const float d = f16_bits_to_f32(q8_0_scale_bits(row, K, k));
     q8_0_unpack4(q.x, d, out), q8_0_unpack4(q.y, d, out + 4);
+  } else if constexpr (D == DType::kQ4_0) {
+    q4_0_unpack8(*reinterpret_cast<const uint32_t*>(row + k / 2), f16_bits_to_f32(q4_0_scale_bits(row, K, k)), out);
   } else if constexpr (D == DType::kF32) {
     const float4 a = *reinterpret_cast<const float4*>(reinterpret_cast<const float*>(row) + k);
     const float4 b = *reinterpret_cast<const float4*>(reinterpret_cast<const float*>(row) + k + 4);
@@ -149,6 +153,8 @@ __device__ __forceinline__ Raw8 load_raw8(const uint8_t* row, int64_t k, int64_t
   if constexpr (D == DType::kQ8_0) {
     const uint2 q = *reinterpret_cast<const uint2*>(row + k);
     r.a.x = q.x, r.a.y = q.y, r.a.z = q8_0_scale_bits(row, K, k);
+  } else if constexpr (D == DType::kQ4_0) {
+    r.a.x = *reinterpret_cast<const uint32_t*>(row + k / 2), r.a.z = q4_0_scale_bits(row, K, k);
   } else if constexpr (D == DType::kF32) {
     const uint4* p = reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(row) + k);
     r.a = p[0], r.b = p[1];
@@ -163,6 +169,8 @@ __device__ __forceinline__ void unpack8(const Raw8& r, float* out) {
   if constexpr (D == DType::kQ8_0) {
     const float d = f16_bits_to_f32(uint16_t(r.a.z));
     q8_0_unpack4(r.a.x, d, out), q8_0_unpack4(r.a.y, d, out + 4);
+  } else if constexpr (D == DType::kQ4_0) {
+    q4_0_unpack8(r.a.x, f16_bits_to_f32(uint16_t(r.a.z)), out);
   } else if constexpr (D == DType::kF32) {
     out[0] = __uint_as_float(r.a.x), out[1] = __uint_as_float(r.a.y), out[2] = __uint_as_float(r.a.z);
     out[3] = __uint_as_float(r.a.w), out[4] = __uint_as_float(r.b.x), out[5] = __uint_as_float(r.b.y);
@@ -410,7 +418,7 @@ __device__ void norm_writes_in_last_block(const NormInput& in, const float* xs, 
 // stream, so reading them early is safe); the loads after the wait then find them in L2.
 template <DType D, int R>
 __device__ __forceinline__ void prefetch_rows(const uint8_t* const* rows, int n_rows, int64_t K, int lane) {
-  const int64_t bytes = D == DType::kQ8_0 ? K / 32 * 34 : K * int64_t(D == DType::kF32 ? 4 : 2);
+  const int64_t bytes = D == DType::kQ8_0 ? K / 32 * 34 : D == DType::kQ4_0 ? K / 32 * 18 : K * int64_t(D == DType::kF32 ? 4 : 2);
 #pragma unroll
   for (int r = 0; r < R; ++r)
     if (r < n_rows)
@@ -508,6 +516,10 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
       break;
     case DType::kQ8_0:
       matvec_multi_block<DType::kQ8_0, kPlain, R, false, WIDE, EARLY>(jobs, j, blocks, K, x, nullptr, prefetch, tail,
+                                                                      norm, nullptr);
+      break;
+    case DType::kQ4_0:
+      matvec_multi_block<DType::kQ4_0, kPlain, R, false, WIDE, EARLY>(jobs, j, blocks, K, x, nullptr, prefetch, tail,
                                                                       norm, nullptr);
       break;
     default:
@@ -639,7 +651,7 @@ __device__ __forceinline__ void stage_slots(float* xs, const float* gate, const 
 template <DType D, int R, int EARLY>
 // q8_0: held to two blocks per SM (a second pointer per row for the block scales would otherwise
 // leave one; a few bytes spill instead).
-__global__ void __launch_bounds__(kMatvecWarps * 32, D == DType::kQ8_0 ? 2 : 1) down_combine_kernel(DownCombine a) {
+__global__ void __launch_bounds__(kMatvecWarps * 32, D == DType::kQ8_0 || D == DType::kQ4_0 ? 2 : 1) down_combine_kernel(DownCombine a) {
   if constexpr (EARLY == 0) pdl_begin();
   extern __shared__ float4 staged4[];
   float* xs = reinterpret_cast<float*>(staged4);
@@ -785,6 +797,7 @@ void expert_matmul(DType dtype, const ExpertMatmulJob* jobs, int64_t n_jobs, int
       case DType::kF16: WEFT_EXPERT_VEC(DType::kF16); break;
       case DType::kBF16: WEFT_EXPERT_VEC(DType::kBF16); break;
       case DType::kQ8_0: WEFT_EXPERT_VEC(DType::kQ8_0); break;
+      case DType::kQ4_0: WEFT_EXPERT_VEC(DType::kQ4_0); break;
       default: check(cudaErrorInvalidValue, "expert_matmul: weight type not yet on CUDA");
     }
 #undef WEFT_EXPERT_VEC
@@ -802,6 +815,7 @@ void expert_matmul(DType dtype, const ExpertMatmulJob* jobs, int64_t n_jobs, int
     case DType::kF16: WEFT_EXPERT(DType::kF16); break;
     case DType::kBF16: WEFT_EXPERT(DType::kBF16); break;
     case DType::kQ8_0: WEFT_EXPERT(DType::kQ8_0); break;
+    case DType::kQ4_0: WEFT_EXPERT(DType::kQ4_0); break;
     default: check(cudaErrorInvalidValue, "expert_matmul: weight type not yet on CUDA");
   }
 #undef WEFT_EXPERT
@@ -836,6 +850,7 @@ void down_combine(DType dtype, const DownCombine& a, cudaStream_t stream) {
     case DType::kF16: WEFT_DOWN_COMBINE(DType::kF16); break;
     case DType::kBF16: WEFT_DOWN_COMBINE(DType::kBF16); break;
     case DType::kQ8_0: WEFT_DOWN_COMBINE(DType::kQ8_0); break;
+    case DType::kQ4_0: WEFT_DOWN_COMBINE(DType::kQ4_0); break;
     default: check(cudaErrorInvalidValue, "down_combine: weight type not yet on CUDA");
   }
 #undef WEFT_DOWN_COMBINE
@@ -946,6 +961,7 @@ void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x
     case DType::kF16: WEFT_MATVEC(DType::kF16); break;
     case DType::kBF16: WEFT_MATVEC(DType::kBF16); break;
     case DType::kQ8_0: WEFT_MATVEC(DType::kQ8_0); break;
+    case DType::kQ4_0: WEFT_MATVEC(DType::kQ4_0); break;
 #undef WEFT_MATVEC
 #undef WEFT_MATVEC_R
     default: check(cudaErrorInvalidValue, "matvec_multi: weight type not yet on CUDA");
@@ -954,7 +970,8 @@ void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x
 }
 
 bool matmul_supports(DType dtype) {
-  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16 || dtype == DType::kQ8_0;
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16 || dtype == DType::kQ8_0 ||
+         dtype == DType::kQ4_0;
 }
 
 void matmul(DType dtype, const void* w, size_t row_bytes, int64_t N, int64_t K, const float* x, int64_t ldx,
@@ -965,6 +982,7 @@ void matmul(DType dtype, const void* w, size_t row_bytes, int64_t N, int64_t K, 
     case DType::kF16: launch<DType::kF16>(w, row_bytes, N, K, x, ldx, T, y, ldy, stream); break;
     case DType::kBF16: launch<DType::kBF16>(w, row_bytes, N, K, x, ldx, T, y, ldy, stream); break;
     case DType::kQ8_0: launch<DType::kQ8_0>(w, row_bytes, N, K, x, ldx, T, y, ldy, stream); break;
+    case DType::kQ4_0: launch<DType::kQ4_0>(w, row_bytes, N, K, x, ldx, T, y, ldy, stream); break;
     default: check(cudaErrorInvalidValue, "matmul: weight type not yet on CUDA");
   }
 }
