@@ -96,7 +96,10 @@ std::vector<float> run(const Model& m, const SessionOptions& so, const std::vect
 // quantizer types them).
 bool is_q8_param(const std::string& p) { return p.find('@') != std::string::npos; }
 std::string base_of(const std::string& p) { return p.substr(0, p.find('@')); }
-WeightScheme scheme_of(const std::string& p) { return p.substr(p.find('@') + 1) == "q4_0" ? WeightScheme::kQ4_0 : WeightScheme::kQ8_0; }
+WeightScheme scheme_of(const std::string& p) {
+  const std::string t = p.substr(p.find('@') + 1);
+  return t == "q4_0" ? WeightScheme::kQ4_0 : t == "q4_k_m" ? WeightScheme::kQ4_K_M : WeightScheme::kQ8_0;
+}
 
 class CudaBackendTest : public ::testing::TestWithParam<std::string> {
  protected:
@@ -378,7 +381,9 @@ INSTANTIATE_TEST_SUITE_P(All, CudaBackendTest,
 INSTANTIATE_TEST_SUITE_P(Q8, CudaBackendTest,
                          ::testing::Values("qwen35_dense@q8_0", "qwen35_moe_hd256@q8_0", "qwen3next_moe@q8_0",
                                            "llama_f32@q8_0", "qwen3_tied_f16@q8_0", "weft_tiny_hybrid_ref@q8_0",
-                                           "qwen35_moe_hd256@q4_0", "weft_tiny_hybrid_ref@q4_0"),
+                                           "qwen35_moe_hd256@q4_0", "weft_tiny_hybrid_ref@q4_0",
+                                           // q4_K + q8_0; q4_K + q6_K + q8_0 (llama.cpp's Q4_K_M mix)
+                                           "qwen3_tied_f16@q4_k_m", "weft_tiny_hybrid_ref@q4_k_m"),
                          [](const ::testing::TestParamInfo<std::string>& i) {
                            std::string n = i.param;
                            n.replace(n.find('@'), 1, "_");
@@ -534,10 +539,46 @@ std::vector<uint8_t> random_block_rows(DType t, int64_t rows, int64_t K, std::mt
 std::vector<uint8_t> random_q8_0_rows(int64_t rows, int64_t K, std::mt19937& rng) {
   return random_block_rows(DType::kQ8_0, rows, K, rng);
 }
-GgmlType ggml_of(DType t) { return t == DType::kQ4_0 ? GgmlType::kQ4_0 : GgmlType::kQ8_0; }
+GgmlType ggml_of(DType t) {
+  return t == DType::kQ4_0 ? GgmlType::kQ4_0 : t == DType::kQ4_K ? GgmlType::kQ4_K : t == DType::kQ6_K ? GgmlType::kQ6_K : GgmlType::kQ8_0;
+}
 void repack_rows(DType t, const uint8_t* src, uint8_t* dst, int64_t rows, int64_t K) {
-  if (t == DType::kQ4_0) cuda::repack_q4_0_rows(src, dst, rows, K);
-  else cuda::repack_q8_0_rows(src, dst, rows, K);
+  switch (t) {
+    case DType::kQ4_0: cuda::repack_q4_0_rows(src, dst, rows, K); break;
+    case DType::kQ4_K: cuda::repack_q4_k_rows(src, dst, rows, K); break;
+    case DType::kQ6_K: cuda::repack_q6_k_rows(src, dst, rows, K); break;
+    default: cuda::repack_q8_0_rows(src, dst, rows, K); break;
+  }
+}
+// GGUF q4_K / q6_K rows of random super-blocks: random bytes everywhere except the f16 scales
+// (d, dmin: small, both signs for q6_K's d), so every 6-bit scale and min, nibble and 2-bit pair.
+std::vector<uint8_t> random_k_rows(DType t, int64_t rows, int64_t K, std::mt19937& rng) {
+  const size_t block = t == DType::kQ4_K ? 144 : 210;
+  std::vector<uint8_t> bytes(size_t(rows * K / 256) * block);
+  std::uniform_int_distribution<int> q(0, 255);
+  std::normal_distribution<float> scale(0.0f, 0.001f);
+  for (auto& b : bytes) b = uint8_t(q(rng));
+  for (size_t b = 0; b < bytes.size(); b += block) {
+    if (t == DType::kQ4_K) {
+      const uint16_t d = f32_to_f16(std::fabs(scale(rng))), dmin = f32_to_f16(std::fabs(scale(rng)));
+      std::memcpy(&bytes[b], &d, 2), std::memcpy(&bytes[b + 2], &dmin, 2);
+    } else {
+      const uint16_t d = f32_to_f16(scale(rng));
+      std::memcpy(&bytes[b + 208], &d, 2);
+    }
+  }
+  return bytes;
+}
+std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t K, std::mt19937& rng) {
+  return t == DType::kQ4_K || t == DType::kQ6_K ? random_k_rows(t, rows, K, rng) : random_block_rows(t, rows, K, rng);
+}
+float device_weight(DType t, const uint8_t* row, int64_t K, int64_t k) {
+  switch (t) {
+    case DType::kQ4_0: return cuda::q4_0_device_weight(row, K, k);
+    case DType::kQ4_K: return cuda::q4_k_device_weight(row, K, k);
+    case DType::kQ6_K: return cuda::q6_k_device_weight(row, K, k);
+    default: return cuda::q8_0_device_weight(row, K, k);
+  }
 }
 
 // The device layout of q8_0 (kernels/cuda/weight_layout.cuh) holds exactly the weights of GGUF's
@@ -583,6 +624,29 @@ TEST(CudaWeightLayout, RepackedQ4_0RowsHoldTheBlocksWeights) {
   }
 }
 
+// The same for q4_K and q6_K (super-blocks of 256: every weight equals dequantize_row's, bit for
+// bit, at 1, 2 and 9 super-blocks per row).
+TEST(CudaWeightLayout, RepackedKQuantRowsHoldTheBlocksWeights) {
+  std::mt19937 rng(7);
+  for (const DType t : {DType::kQ4_K, DType::kQ6_K})
+    for (const auto& [rows, K] : std::vector<std::pair<int64_t, int64_t>>{{1, 256}, {7, 512}, {3, 2304}}) {
+      const std::vector<uint8_t> gguf = random_k_rows(t, rows, K, rng);
+      std::vector<uint8_t> dev(gguf.size(), 0xAB);
+      repack_rows(t, gguf.data(), dev.data(), rows, K);
+      const size_t row_bytes = dtype_bytes(t, size_t(K));
+      std::vector<float> ref(static_cast<size_t>(K));
+      for (int64_t r = 0; r < rows; ++r) {
+        dequantize_row(ggml_of(t), gguf.data() + size_t(r) * row_bytes, ref.data(), K);
+        for (int64_t k = 0; k < K; ++k) {
+          const float got = device_weight(t, dev.data() + size_t(r) * row_bytes, K, k);
+          ASSERT_EQ(std::memcmp(&got, &ref[size_t(k)], 4), 0)
+              << dtype_name(t) << ": row " << r << " of " << rows << ", K " << K << ", k " << k << ": " << got
+              << " vs " << ref[size_t(k)];
+        }
+      }
+    }
+}
+
 // q8_0 products on the GPU: the one-token kernel (one and two jobs a launch) gives the bits of the
 // token's row in the batched tile kernel, and both are the float64 product of the dequantized
 // weights within fp32 rounding (|err| <= 1e-5 · Σ|w·x|), at odd sizes: N not a multiple of the
@@ -594,13 +658,18 @@ TEST(CudaMatvec, Q8_0ProductsMatchTheDequantizedProduct) {
   std::mt19937 rng(23);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const int64_t T = 5;
-  for (const DType type : {DType::kQ8_0, DType::kQ4_0})
-  for (const auto& [N, K] : std::vector<std::pair<int64_t, int64_t>>{
-           {2048, 4096}, {37, 4096}, {1089, 2048}, {5000, 512}, {9, 8224}, {3, 32}, {70, 2080}, {8, 8192}}) {
-    const std::vector<uint8_t> gguf = random_block_rows(type, N, K, rng);
+  const std::vector<std::pair<int64_t, int64_t>> block32_shapes{
+      {2048, 4096}, {37, 4096}, {1089, 2048}, {5000, 512}, {9, 8224}, {3, 32}, {70, 2080}, {8, 8192}};
+  // Super-blocks of 256: q6_K rows are 16-byte multiples only at K % 2048 == 0 (the rest take the
+  // tile kernel's element-wise path).
+  const std::vector<std::pair<int64_t, int64_t>> block256_shapes{
+      {2048, 4096}, {37, 2048}, {1089, 2048}, {5000, 512}, {9, 8192}, {3, 256}, {70, 2304}};
+  for (const DType type : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K})
+  for (const auto& [N, K] : type == DType::kQ4_K || type == DType::kQ6_K ? block256_shapes : block32_shapes) {
+    const std::vector<uint8_t> gguf = random_rows(type, N, K, rng);
     std::vector<uint8_t> dev(gguf.size());
     repack_rows(type, gguf.data(), dev.data(), N, K);
-    const size_t row_bytes = size_t(cuda::block_row_bytes(type == DType::kQ4_0, K));
+    const size_t row_bytes = dtype_bytes(type, size_t(K));
     std::vector<float> x(size_t(T * K));
     for (auto& v : x) v = nd(rng);
     void *dw = nullptr, *dx = nullptr, *dy = nullptr, *dy1 = nullptr;

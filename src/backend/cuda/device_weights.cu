@@ -23,7 +23,7 @@ bool is_device_memory(const void* p) {
   return a.type == cudaMemoryTypeDevice;
 }
 
-// The host ranges of the block-quantized matrices (q8_0, q4_0), merged where views share rows (a
+// The host ranges of the block-quantized matrices (q8_0, q4_0, q4_K, q6_K), merged where views share rows (a
 // tied embedding and output head, row slices of a fused tensor), so each row is repacked into the
 // device layout (kernels/cuda/weight_layout.cuh) exactly once. Views that overlap without sharing
 // their row grid and type are an error (no such model exists; repacking one would corrupt the other).
@@ -31,15 +31,15 @@ struct BlockRange {
   uintptr_t begin, end;
   int64_t K;
   DType type;
-  uintptr_t row_bytes() const { return uintptr_t(cuda::block_row_bytes(type == DType::kQ4_0, K)); }
+  uintptr_t row_bytes() const { return uintptr_t(dtype_bytes(type, size_t(K))); }
 };
 Result<std::vector<BlockRange>> block_ranges(const WeightSet& set) {
   std::vector<BlockRange> ranges;
   for (const Matrix& m : set.matrices) {
-    if ((m.dtype != DType::kQ8_0 && m.dtype != DType::kQ4_0) || m.rows == 0) continue;
-    if (m.cols % 32 != 0)
+    if (!dtype_is_block_quant(m.dtype) || m.rows == 0) continue;
+    if (m.cols % dtype_block(m.dtype) != 0)
       return Status::error(std::string("a ") + dtype_name(m.dtype) + " matrix of " + std::to_string(m.cols) +
-                           " columns (not a multiple of 32)");
+                           " columns (not a multiple of its block)");
     const uintptr_t b = reinterpret_cast<uintptr_t>(m.data);
     ranges.push_back({b, b + m.bytes(), m.cols, m.dtype});
   }
@@ -74,7 +74,7 @@ Result<std::shared_ptr<DeviceWeights>> DeviceWeights::upload(const WeightSet& se
     if (!cuda::matmul_supports(m.dtype))
       return Status::error(std::string("weight type ") + dtype_name(m.dtype) + " (a [" + std::to_string(m.rows) + ", " +
                            std::to_string(m.cols) + "] matrix) is not yet on CUDA; the CUDA backend takes bf16, "
-                           "f16, f32, q8_0 and q4_0 weights (`weft quantize IN.gguf OUT.gguf --type q8_0`, or "
+                           "f16, f32, q8_0, q4_0, q4_K and q6_K weights (`weft quantize IN.gguf OUT.gguf --type q4_k_m`, or "
                            "`weft convert --type bf16`)");
     const uintptr_t b = reinterpret_cast<uintptr_t>(m.data);
     spans.push_back({b, b + m.bytes()});
@@ -129,8 +129,12 @@ Result<std::shared_ptr<DeviceWeights>> DeviceWeights::upload(const WeightSet& se
         const int64_t rows = int64_t((r.end - r.begin) / r.row_bytes());
         const uint8_t* from = reinterpret_cast<const uint8_t*>(r.begin);
         uint8_t* to = staged.data() + (r.begin - s.begin);
-        if (r.type == DType::kQ4_0) cuda::repack_q4_0_rows(from, to, rows, r.K);
-        else cuda::repack_q8_0_rows(from, to, rows, r.K);
+        switch (r.type) {
+          case DType::kQ4_0: cuda::repack_q4_0_rows(from, to, rows, r.K); break;
+          case DType::kQ4_K: cuda::repack_q4_k_rows(from, to, rows, r.K); break;
+          case DType::kQ6_K: cuda::repack_q6_k_rows(from, to, rows, r.K); break;
+          default: cuda::repack_q8_0_rows(from, to, rows, r.K); break;
+        }
       }
       src = staged.data();
     }

@@ -24,6 +24,8 @@ __device__ __forceinline__ float load_w(const uint8_t* row, int64_t k, int64_t K
   else if constexpr (D == DType::kQ8_0) return float(int8_t(row[k])) * f16_bits_to_f32(q8_0_scale_bits(row, K, k));
   else if constexpr (D == DType::kQ4_0)
     return float(int((row[k / 2] >> (4 * (k % 2))) & 0xF) - 8) * f16_bits_to_f32(q4_0_scale_bits(row, K, k));
+  else if constexpr (D == DType::kQ4_K) return q4_k_weight(row, K, k);
+  else if constexpr (D == DType::kQ6_K) return q6_k_weight(row, K, k);
   else return bf16_bits_to_f32(reinterpret_cast<const uint16_t*>(row)[k]);
 }
 
@@ -36,6 +38,13 @@ __device__ __forceinline__ void load_w8(const uint8_t* row, int64_t k, int64_t K
     q8_0_unpack4(q.x, d, out), q8_0_unpack4(q.y, d, out + 4);
   } else if constexpr (D == DType::kQ4_0) {
     q4_0_unpack8(*reinterpret_cast<const uint32_t*>(row + k / 2), f16_bits_to_f32(q4_0_scale_bits(row, K, k)), out);
+  } else if constexpr (D == DType::kQ4_K) {
+    q4_k_unpack8(*reinterpret_cast<const uint32_t*>(row + k / 2),
+                 *reinterpret_cast<const uint4*>(row + K / 2 + 16 * (k / 256)), int((k % 256) / 32), out);
+  } else if constexpr (D == DType::kQ6_K) {
+    const uint8_t* h = q6_k_header(row, K, k);
+    q6_k_unpack8(*reinterpret_cast<const uint32_t*>(row + k / 2), *reinterpret_cast<const uint16_t*>(row + K / 2 + k / 4),
+                 int(int8_t(h[(k % 256) / 16])), f16_bits_to_f32(*reinterpret_cast<const uint16_t*>(h + 16)), out);
   } else if constexpr (D == DType::kF32) {
     const float4 a = *reinterpret_cast<const float4*>(reinterpret_cast<const float*>(row) + k);
     const float4 b = *reinterpret_cast<const float4*>(reinterpret_cast<const float*>(row) + k + 4);
@@ -155,6 +164,15 @@ __device__ __forceinline__ Raw8 load_raw8(const uint8_t* row, int64_t k, int64_t
     r.a.x = q.x, r.a.y = q.y, r.a.z = q8_0_scale_bits(row, K, k);
   } else if constexpr (D == DType::kQ4_0) {
     r.a.x = *reinterpret_cast<const uint32_t*>(row + k / 2), r.a.z = q4_0_scale_bits(row, K, k);
+  } else if constexpr (D == DType::kQ4_K) {
+    r.a.x = *reinterpret_cast<const uint32_t*>(row + k / 2), r.a.w = uint32_t((k % 256) / 32);
+    r.b = *reinterpret_cast<const uint4*>(row + K / 2 + 16 * (k / 256));
+  } else if constexpr (D == DType::kQ6_K) {
+    const uint8_t* h = q6_k_header(row, K, k);
+    r.a.x = *reinterpret_cast<const uint32_t*>(row + k / 2);
+    r.a.y = *reinterpret_cast<const uint16_t*>(row + K / 2 + k / 4);
+    r.a.z = uint32_t(int32_t(int8_t(h[(k % 256) / 16])));
+    r.a.w = *reinterpret_cast<const uint16_t*>(h + 16);
   } else if constexpr (D == DType::kF32) {
     const uint4* p = reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(row) + k);
     r.a = p[0], r.b = p[1];
@@ -171,6 +189,10 @@ __device__ __forceinline__ void unpack8(const Raw8& r, float* out) {
     q8_0_unpack4(r.a.x, d, out), q8_0_unpack4(r.a.y, d, out + 4);
   } else if constexpr (D == DType::kQ4_0) {
     q4_0_unpack8(r.a.x, f16_bits_to_f32(uint16_t(r.a.z)), out);
+  } else if constexpr (D == DType::kQ4_K) {
+    q4_k_unpack8(r.a.x, r.b, int(r.a.w), out);
+  } else if constexpr (D == DType::kQ6_K) {
+    q6_k_unpack8(r.a.x, r.a.y, int(int32_t(r.a.z)), f16_bits_to_f32(uint16_t(r.a.w)), out);
   } else if constexpr (D == DType::kF32) {
     out[0] = __uint_as_float(r.a.x), out[1] = __uint_as_float(r.a.y), out[2] = __uint_as_float(r.a.z);
     out[3] = __uint_as_float(r.a.w), out[4] = __uint_as_float(r.b.x), out[5] = __uint_as_float(r.b.y);
@@ -418,7 +440,11 @@ __device__ void norm_writes_in_last_block(const NormInput& in, const float* xs, 
 // stream, so reading them early is safe); the loads after the wait then find them in L2.
 template <DType D, int R>
 __device__ __forceinline__ void prefetch_rows(const uint8_t* const* rows, int n_rows, int64_t K, int lane) {
-  const int64_t bytes = D == DType::kQ8_0 ? K / 32 * 34 : D == DType::kQ4_0 ? K / 32 * 18 : K * int64_t(D == DType::kF32 ? 4 : 2);
+  const int64_t bytes = D == DType::kQ8_0   ? K / 32 * 34
+                        : D == DType::kQ4_0 ? K / 32 * 18
+                        : D == DType::kQ4_K ? K / 256 * 144
+                        : D == DType::kQ6_K ? K / 256 * 210
+                                            : K * int64_t(D == DType::kF32 ? 4 : 2);
 #pragma unroll
   for (int r = 0; r < R; ++r)
     if (r < n_rows)
@@ -520,6 +546,14 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
       break;
     case DType::kQ4_0:
       matvec_multi_block<DType::kQ4_0, kPlain, R, false, WIDE, EARLY>(jobs, j, blocks, K, x, nullptr, prefetch, tail,
+                                                                      norm, nullptr);
+      break;
+    case DType::kQ4_K:
+      matvec_multi_block<DType::kQ4_K, kPlain, R, false, WIDE, EARLY>(jobs, j, blocks, K, x, nullptr, prefetch, tail,
+                                                                      norm, nullptr);
+      break;
+    case DType::kQ6_K:
+      matvec_multi_block<DType::kQ6_K, kPlain, R, false, WIDE, EARLY>(jobs, j, blocks, K, x, nullptr, prefetch, tail,
                                                                       norm, nullptr);
       break;
     default:
@@ -651,7 +685,8 @@ __device__ __forceinline__ void stage_slots(float* xs, const float* gate, const 
 template <DType D, int R, int EARLY>
 // q8_0: held to two blocks per SM (a second pointer per row for the block scales would otherwise
 // leave one; a few bytes spill instead).
-__global__ void __launch_bounds__(kMatvecWarps * 32, D == DType::kQ8_0 || D == DType::kQ4_0 ? 2 : 1) down_combine_kernel(DownCombine a) {
+__global__ void __launch_bounds__(kMatvecWarps * 32, D == DType::kQ8_0 || D == DType::kQ4_0 || D == DType::kQ4_K || D == DType::kQ6_K ? 2 : 1)
+    down_combine_kernel(DownCombine a) {
   if constexpr (EARLY == 0) pdl_begin();
   extern __shared__ float4 staged4[];
   float* xs = reinterpret_cast<float*>(staged4);
@@ -798,6 +833,8 @@ void expert_matmul(DType dtype, const ExpertMatmulJob* jobs, int64_t n_jobs, int
       case DType::kBF16: WEFT_EXPERT_VEC(DType::kBF16); break;
       case DType::kQ8_0: WEFT_EXPERT_VEC(DType::kQ8_0); break;
       case DType::kQ4_0: WEFT_EXPERT_VEC(DType::kQ4_0); break;
+      case DType::kQ4_K: WEFT_EXPERT_VEC(DType::kQ4_K); break;
+      case DType::kQ6_K: WEFT_EXPERT_VEC(DType::kQ6_K); break;
       default: check(cudaErrorInvalidValue, "expert_matmul: weight type not yet on CUDA");
     }
 #undef WEFT_EXPERT_VEC
@@ -816,6 +853,8 @@ void expert_matmul(DType dtype, const ExpertMatmulJob* jobs, int64_t n_jobs, int
     case DType::kBF16: WEFT_EXPERT(DType::kBF16); break;
     case DType::kQ8_0: WEFT_EXPERT(DType::kQ8_0); break;
     case DType::kQ4_0: WEFT_EXPERT(DType::kQ4_0); break;
+    case DType::kQ4_K: WEFT_EXPERT(DType::kQ4_K); break;
+    case DType::kQ6_K: WEFT_EXPERT(DType::kQ6_K); break;
     default: check(cudaErrorInvalidValue, "expert_matmul: weight type not yet on CUDA");
   }
 #undef WEFT_EXPERT
@@ -851,6 +890,8 @@ void down_combine(DType dtype, const DownCombine& a, cudaStream_t stream) {
     case DType::kBF16: WEFT_DOWN_COMBINE(DType::kBF16); break;
     case DType::kQ8_0: WEFT_DOWN_COMBINE(DType::kQ8_0); break;
     case DType::kQ4_0: WEFT_DOWN_COMBINE(DType::kQ4_0); break;
+    case DType::kQ4_K: WEFT_DOWN_COMBINE(DType::kQ4_K); break;
+    case DType::kQ6_K: WEFT_DOWN_COMBINE(DType::kQ6_K); break;
     default: check(cudaErrorInvalidValue, "down_combine: weight type not yet on CUDA");
   }
 #undef WEFT_DOWN_COMBINE
@@ -962,6 +1003,8 @@ void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x
     case DType::kBF16: WEFT_MATVEC(DType::kBF16); break;
     case DType::kQ8_0: WEFT_MATVEC(DType::kQ8_0); break;
     case DType::kQ4_0: WEFT_MATVEC(DType::kQ4_0); break;
+    case DType::kQ4_K: WEFT_MATVEC(DType::kQ4_K); break;
+    case DType::kQ6_K: WEFT_MATVEC(DType::kQ6_K); break;
 #undef WEFT_MATVEC
 #undef WEFT_MATVEC_R
     default: check(cudaErrorInvalidValue, "matvec_multi: weight type not yet on CUDA");
@@ -971,7 +1014,7 @@ void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x
 
 bool matmul_supports(DType dtype) {
   return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16 || dtype == DType::kQ8_0 ||
-         dtype == DType::kQ4_0;
+         dtype == DType::kQ4_0 || dtype == DType::kQ4_K || dtype == DType::kQ6_K;
 }
 
 void matmul(DType dtype, const void* w, size_t row_bytes, int64_t N, int64_t K, const float* x, int64_t ldx,
@@ -983,6 +1026,8 @@ void matmul(DType dtype, const void* w, size_t row_bytes, int64_t N, int64_t K, 
     case DType::kBF16: launch<DType::kBF16>(w, row_bytes, N, K, x, ldx, T, y, ldy, stream); break;
     case DType::kQ8_0: launch<DType::kQ8_0>(w, row_bytes, N, K, x, ldx, T, y, ldy, stream); break;
     case DType::kQ4_0: launch<DType::kQ4_0>(w, row_bytes, N, K, x, ldx, T, y, ldy, stream); break;
+    case DType::kQ4_K: launch<DType::kQ4_K>(w, row_bytes, N, K, x, ldx, T, y, ldy, stream); break;
+    case DType::kQ6_K: launch<DType::kQ6_K>(w, row_bytes, N, K, x, ldx, T, y, ldy, stream); break;
     default: check(cudaErrorInvalidValue, "matmul: weight type not yet on CUDA");
   }
 }

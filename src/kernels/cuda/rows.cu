@@ -27,6 +27,8 @@ __global__ void embed_kernel(const uint8_t* table, size_t row_bytes, int64_t col
     else if constexpr (D == DType::kQ8_0) out[i] = float(int8_t(row[i])) * f16_bits_to_f32(q8_0_scale_bits(row, cols, i));
     else if constexpr (D == DType::kQ4_0)
       out[i] = float(int((row[i / 2] >> (4 * (i % 2))) & 0xF) - 8) * f16_bits_to_f32(q4_0_scale_bits(row, cols, i));
+    else if constexpr (D == DType::kQ4_K) out[i] = q4_k_weight(row, cols, i);
+    else if constexpr (D == DType::kQ6_K) out[i] = q6_k_weight(row, cols, i);
     else out[i] = bf16_bits_to_f32(reinterpret_cast<const uint16_t*>(row)[i]);
   }
 }
@@ -142,6 +144,8 @@ void embed(DType dtype, const void* table, size_t row_bytes, int64_t cols, const
     case DType::kF16: launch_pdl(embed_kernel<DType::kF16>, unsigned(n), kRowThreads, 0, stream, t, row_bytes, cols, ids, x); break;
     case DType::kQ8_0: launch_pdl(embed_kernel<DType::kQ8_0>, unsigned(n), kRowThreads, 0, stream, t, row_bytes, cols, ids, x); break;
     case DType::kQ4_0: launch_pdl(embed_kernel<DType::kQ4_0>, unsigned(n), kRowThreads, 0, stream, t, row_bytes, cols, ids, x); break;
+    case DType::kQ4_K: launch_pdl(embed_kernel<DType::kQ4_K>, unsigned(n), kRowThreads, 0, stream, t, row_bytes, cols, ids, x); break;
+    case DType::kQ6_K: launch_pdl(embed_kernel<DType::kQ6_K>, unsigned(n), kRowThreads, 0, stream, t, row_bytes, cols, ids, x); break;
     case DType::kBF16: launch_pdl(embed_kernel<DType::kBF16>, unsigned(n), kRowThreads, 0, stream, t, row_bytes, cols, ids, x); break;
     default: check(cudaErrorInvalidValue, "embed: weight type not yet on CUDA");
   }

@@ -21,10 +21,26 @@
 //     [ n[0] | n[1]<<4, n[2] | n[3]<<4, ... | d[0] d[1] ... d[K/32-1] ]
 //
 // A weight is float(nibble - 8) · float(d): exact in f32 (4 x 11 significant bits).
+//
+// q4_K (GGUF: super-blocks of 256 weights, 144 bytes: f16 d and dmin, 12 bytes of packed 6-bit
+// sub-block scales and mins, 128 bytes of nibbles in 64-weight chunks: low nibbles the chunk's
+// first 32 weights, high nibbles its last 32). On the GPU (K % 256 == 0, same row size): the
+// nibbles in weight order, two per byte, low first (like q4_0), then each super-block's first 16
+// bytes (d, dmin, scales) as they are. Weight k of sub-block j = (k % 256) / 32:
+// d·sc[j] · n - dmin·m[j], as dequantize_row_q4_K (d·sc[j] · n is exact, so one rounding).
+//
+// q6_K (GGUF: 210 bytes per 256: low nibbles ql, high 2-bit pairs qh, 16 int8 sub-block scales,
+// f16 d). On the GPU: the low nibbles in weight order (K / 2 bytes), the high pairs in weight order,
+// four per byte, lowest bits first (K / 4 bytes), then per super-block its 16 scales and d (18
+// bytes). Weight k: d·sc[(k % 256) / 16] · (q - 32), q = low | high << 4 (d·sc exact).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+
+#ifdef __CUDACC__
+#include <cuda_fp16.h>
+#endif
 
 namespace weft::cuda {
 
@@ -38,6 +54,11 @@ void repack_q4_0_rows(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t K)
 float q4_0_device_weight(const uint8_t* row, int64_t K, int64_t k);
 // Bytes of a device-layout row of a block type (q8_0, q4_0) for K weights: GGUF's row size.
 int64_t block_row_bytes(bool q4, int64_t K);
+// Host: q4_K and q6_K (K % 256 == 0), as above.
+void repack_q4_k_rows(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t K);
+void repack_q6_k_rows(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t K);
+float q4_k_device_weight(const uint8_t* row, int64_t K, int64_t k);
+float q6_k_device_weight(const uint8_t* row, int64_t K, int64_t k);
 
 #ifdef __CUDACC__
 // Device: the scale of weight k's block in a device-layout row of K weights.
@@ -64,6 +85,60 @@ __device__ __forceinline__ uint16_t q4_0_scale_bits(const uint8_t* row, int64_t 
 __device__ __forceinline__ void q4_0_unpack8(uint32_t word, float d, float* out) {
 #pragma unroll
   for (int i = 0; i < 8; ++i) out[i] = (__uint_as_float(((word >> (4 * i)) & 0xFu) | 0x4B000000u) - 8388616.0f) * d;
+}
+// Device: sub-block j's 6-bit scale and min from a q4_K super-block's 12 scale bytes, held in the
+// words s0 (bytes 0-3), s1 (4-7), s2 (8-11) (unpack_scales_k4's arithmetic).
+__device__ __forceinline__ void q4_k_scale_min(uint32_t s0, uint32_t s1, uint32_t s2, int j, uint32_t* sc,
+                                               uint32_t* m) {
+  const int i = j & 3, sh = 8 * i;
+  const uint32_t a = (s0 >> sh) & 0xFF, b = (s1 >> sh) & 0xFF, c = (s2 >> sh) & 0xFF;
+  if (j < 4) *sc = a & 63, *m = b & 63;
+  else *sc = (c & 0xF) | ((a >> 6) << 4), *m = (c >> 4) | ((b >> 6) << 4);
+}
+// Device: the 8 weights of nibble word `word` of a q4_K group in sub-block j, its super-block's
+// header h (x: d | dmin << 16; y, z, w: the 12 scale bytes).
+__device__ __forceinline__ void q4_k_unpack8(uint32_t word, uint4 h, int j, float* out) {
+  uint32_t sc, m;
+  q4_k_scale_min(h.y, h.z, h.w, j, &sc, &m);
+  const float d1 = __half2float(__ushort_as_half(uint16_t(h.x & 0xFFFF))) * float(sc);
+  const float m1 = __half2float(__ushort_as_half(uint16_t(h.x >> 16))) * float(m);
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    out[i] = fmaf(d1, __uint_as_float(((word >> (4 * i)) & 0xFu) | 0x4B000000u) - 8388608.0f, -m1);
+}
+// Device: the 8 weights of a q6_K group: low nibbles `lo`, high pairs `hi` (16 bits), its
+// sub-block's scale sc and the super-block's d.
+__device__ __forceinline__ void q6_k_unpack8(uint32_t lo, uint32_t hi, int sc, float d, float* out) {
+  const float ds = d * float(sc);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t q = ((lo >> (4 * i)) & 0xFu) | (((hi >> (2 * i)) & 3u) << 4);
+    out[i] = ds * (__uint_as_float(q | 0x4B000000u) - 8388640.0f);
+  }
+}
+// Device: the 18-byte header (16 int8 scales, f16 d) of weight k's super-block in a q6_K row.
+__device__ __forceinline__ const uint8_t* q6_k_header(const uint8_t* row, int64_t K, int64_t k) {
+  return row + K / 2 + K / 4 + 18 * (k / 256);
+}
+// Device: one weight of a q4_K / q6_K device-layout row (the element-wise paths, the embedding).
+__device__ __forceinline__ float q4_k_weight(const uint8_t* row, int64_t K, int64_t k) {
+  const uint8_t* hp = row + K / 2 + 16 * (k / 256);
+  uint4 h;
+  h.x = uint32_t(hp[0]) | uint32_t(hp[1]) << 8 | uint32_t(hp[2]) << 16 | uint32_t(hp[3]) << 24;
+  h.y = uint32_t(hp[4]) | uint32_t(hp[5]) << 8 | uint32_t(hp[6]) << 16 | uint32_t(hp[7]) << 24;
+  h.z = uint32_t(hp[8]) | uint32_t(hp[9]) << 8 | uint32_t(hp[10]) << 16 | uint32_t(hp[11]) << 24;
+  h.w = uint32_t(hp[12]) | uint32_t(hp[13]) << 8 | uint32_t(hp[14]) << 16 | uint32_t(hp[15]) << 24;
+  float w8[8];
+  q4_k_unpack8(uint32_t((row[k / 2] >> (4 * (k % 2))) & 0xF), h, int((k % 256) / 32), w8);
+  return w8[0];
+}
+__device__ __forceinline__ float q6_k_weight(const uint8_t* row, int64_t K, int64_t k) {
+  const uint8_t* h = q6_k_header(row, K, k);
+  const uint32_t lo = (row[k / 2] >> (4 * (k % 2))) & 0xF, hi = (row[K / 2 + k / 4] >> (2 * (k % 4))) & 3;
+  const uint16_t d = uint16_t(h[16] | h[17] << 8);
+  float w8[8];
+  q6_k_unpack8(lo, hi, int(int8_t(h[(k % 256) / 16])), __half2float(__ushort_as_half(d)), w8);
+  return w8[0];
 }
 #endif
 
