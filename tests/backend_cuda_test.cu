@@ -652,8 +652,8 @@ TEST(CudaWeightLayout, RepackedKQuantRowsHoldTheBlocksWeights) {
 // weights within fp32 rounding (|err| <= 1e-5 · Σ|w·x|), at odd sizes: N not a multiple of the
 // rows of a warp or block, K of 1 to 257 blocks, rows that are not 16-byte multiples (K % 256 != 0:
 // the element-wise path of the tile kernel; the one-token kernel is not used there).
-// (And the same for q4_0.)
-TEST(CudaMatvec, Q8_0ProductsMatchTheDequantizedProduct) {
+// (And the same for q4_0, q4_K and q6_K.)
+TEST(CudaMatvec, BlockQuantProductsMatchTheDequantizedProduct) {
   if (Status s = check_device(Device::kCuda); !s.ok()) GTEST_SKIP() << "no GPU here: " << s.message();
   std::mt19937 rng(23);
   std::normal_distribution<float> nd(0.0f, 1.0f);
