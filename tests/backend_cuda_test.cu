@@ -536,19 +536,8 @@ std::vector<uint8_t> random_block_rows(DType t, int64_t rows, int64_t K, std::mt
   }
   return bytes;
 }
-std::vector<uint8_t> random_q8_0_rows(int64_t rows, int64_t K, std::mt19937& rng) {
-  return random_block_rows(DType::kQ8_0, rows, K, rng);
-}
 GgmlType ggml_of(DType t) {
   return t == DType::kQ4_0 ? GgmlType::kQ4_0 : t == DType::kQ4_K ? GgmlType::kQ4_K : t == DType::kQ6_K ? GgmlType::kQ6_K : GgmlType::kQ8_0;
-}
-void repack_rows(DType t, const uint8_t* src, uint8_t* dst, int64_t rows, int64_t K) {
-  switch (t) {
-    case DType::kQ4_0: cuda::repack_q4_0_rows(src, dst, rows, K); break;
-    case DType::kQ4_K: cuda::repack_q4_k_rows(src, dst, rows, K); break;
-    case DType::kQ6_K: cuda::repack_q6_k_rows(src, dst, rows, K); break;
-    default: cuda::repack_q8_0_rows(src, dst, rows, K); break;
-  }
 }
 // GGUF q4_K / q6_K rows of random super-blocks: random bytes everywhere except the f16 scales
 // (d, dmin: small, both signs for q6_K's d), so every 6-bit scale and min, nibble and 2-bit pair.
@@ -572,79 +561,36 @@ std::vector<uint8_t> random_k_rows(DType t, int64_t rows, int64_t K, std::mt1993
 std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t K, std::mt19937& rng) {
   return t == DType::kQ4_K || t == DType::kQ6_K ? random_k_rows(t, rows, K, rng) : random_block_rows(t, rows, K, rng);
 }
-float device_weight(DType t, const uint8_t* row, int64_t K, int64_t k) {
-  switch (t) {
-    case DType::kQ4_0: return cuda::q4_0_device_weight(row, K, k);
-    case DType::kQ4_K: return cuda::q4_k_device_weight(row, K, k);
-    case DType::kQ6_K: return cuda::q6_k_device_weight(row, K, k);
-    default: return cuda::q8_0_device_weight(row, K, k);
-  }
-}
 
-// The device layout of q8_0 (kernels/cuda/weight_layout.cuh) holds exactly the weights of GGUF's
-// blocks: every weight of the repacked rows equals dequantize_row_q8_0's, bit for bit, at odd row
-// counts and row lengths of 1, 3, 64 and 65 blocks. Host code: runs without a GPU too.
-TEST(CudaWeightLayout, RepackedQ8_0RowsHoldTheBlocksWeights) {
+// The device layouts of the block types (kernels/cuda/weight_layout.cuh) hold exactly the weights
+// of GGUF's blocks: every weight of the repacked rows equals dequantize_row's, bit for bit, at odd
+// row counts and row lengths of 1 to 65 blocks (q8_0, q4_0) and 1 to 9 super-blocks (q4_K, q6_K).
+// Host code: runs without a GPU too.
+TEST(CudaWeightLayout, RepackedRowsHoldTheBlocksWeights) {
   std::mt19937 rng(5);
-  for (const auto& [rows, K] : std::vector<std::pair<int64_t, int64_t>>{{1, 32}, {7, 96}, {3, 2048}, {5, 2080}}) {
-    const std::vector<uint8_t> gguf = random_q8_0_rows(rows, K, rng);
-    std::vector<uint8_t> dev(gguf.size(), 0xAB);
-    cuda::repack_q8_0_rows(gguf.data(), dev.data(), rows, K);
-    const size_t row_bytes = size_t(K / 32 * 34);
-    std::vector<float> ref(static_cast<size_t>(K));
-    for (int64_t r = 0; r < rows; ++r) {
-      dequantize_row(GgmlType::kQ8_0, gguf.data() + size_t(r) * row_bytes, ref.data(), K);
-      for (int64_t k = 0; k < K; ++k) {
-        const float got = cuda::q8_0_device_weight(dev.data() + size_t(r) * row_bytes, K, k);
-        ASSERT_EQ(std::memcmp(&got, &ref[size_t(k)], 4), 0) << "row " << r << " of " << rows << ", K " << K << ", k " << k;
-      }
-    }
-  }
-  std::vector<uint8_t> dst(34);
-  EXPECT_THROW(cuda::repack_q8_0_rows(dst.data(), dst.data(), 1, 48), std::invalid_argument);
-}
-
-// The same for q4_0: every weight of the repacked rows equals dequantize_row's.
-TEST(CudaWeightLayout, RepackedQ4_0RowsHoldTheBlocksWeights) {
-  std::mt19937 rng(6);
-  for (const auto& [rows, K] : std::vector<std::pair<int64_t, int64_t>>{{1, 32}, {7, 96}, {3, 2048}, {5, 2080}}) {
-    const std::vector<uint8_t> gguf = random_block_rows(DType::kQ4_0, rows, K, rng);
-    std::vector<uint8_t> dev(gguf.size(), 0xAB);
-    cuda::repack_q4_0_rows(gguf.data(), dev.data(), rows, K);
-    const size_t row_bytes = size_t(K / 32 * 18);
-    ASSERT_EQ(int64_t(row_bytes), cuda::block_row_bytes(true, K));
-    std::vector<float> ref(static_cast<size_t>(K));
-    for (int64_t r = 0; r < rows; ++r) {
-      dequantize_row(GgmlType::kQ4_0, gguf.data() + size_t(r) * row_bytes, ref.data(), K);
-      for (int64_t k = 0; k < K; ++k) {
-        const float got = cuda::q4_0_device_weight(dev.data() + size_t(r) * row_bytes, K, k);
-        ASSERT_EQ(std::memcmp(&got, &ref[size_t(k)], 4), 0) << "row " << r << " of " << rows << ", K " << K << ", k " << k;
-      }
-    }
-  }
-}
-
-// The same for q4_K and q6_K (super-blocks of 256: every weight equals dequantize_row's, bit for
-// bit, at 1, 2 and 9 super-blocks per row).
-TEST(CudaWeightLayout, RepackedKQuantRowsHoldTheBlocksWeights) {
-  std::mt19937 rng(7);
-  for (const DType t : {DType::kQ4_K, DType::kQ6_K})
-    for (const auto& [rows, K] : std::vector<std::pair<int64_t, int64_t>>{{1, 256}, {7, 512}, {3, 2304}}) {
-      const std::vector<uint8_t> gguf = random_k_rows(t, rows, K, rng);
+  const std::vector<std::pair<int64_t, int64_t>> block32{{1, 32}, {7, 96}, {3, 2048}, {5, 2080}};
+  const std::vector<std::pair<int64_t, int64_t>> block256{{1, 256}, {7, 512}, {3, 2304}};
+  for (const DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K})
+    for (const auto& [rows, K] : dtype_block(t) == 32 ? block32 : block256) {
+      const std::vector<uint8_t> gguf = random_rows(t, rows, K, rng);
       std::vector<uint8_t> dev(gguf.size(), 0xAB);
-      repack_rows(t, gguf.data(), dev.data(), rows, K);
+      cuda::repack_rows(t, gguf.data(), dev.data(), rows, K);
       const size_t row_bytes = dtype_bytes(t, size_t(K));
       std::vector<float> ref(static_cast<size_t>(K));
       for (int64_t r = 0; r < rows; ++r) {
         dequantize_row(ggml_of(t), gguf.data() + size_t(r) * row_bytes, ref.data(), K);
         for (int64_t k = 0; k < K; ++k) {
-          const float got = device_weight(t, dev.data() + size_t(r) * row_bytes, K, k);
+          const float got = cuda::device_weight(t, dev.data() + size_t(r) * row_bytes, K, k);
           ASSERT_EQ(std::memcmp(&got, &ref[size_t(k)], 4), 0)
               << dtype_name(t) << ": row " << r << " of " << rows << ", K " << K << ", k " << k << ": " << got
               << " vs " << ref[size_t(k)];
         }
       }
     }
+  std::vector<uint8_t> dst(256);
+  EXPECT_THROW(cuda::repack_rows(DType::kQ8_0, dst.data(), dst.data(), 1, 48), std::invalid_argument);
+  EXPECT_THROW(cuda::repack_rows(DType::kQ4_K, dst.data(), dst.data(), 1, 128), std::invalid_argument);
+  EXPECT_THROW(cuda::repack_rows(DType::kBF16, dst.data(), dst.data(), 1, 32), std::invalid_argument);
 }
 
 // q8_0 products on the GPU: the one-token kernel (one and two jobs a launch) gives the bits of the
@@ -668,7 +614,7 @@ TEST(CudaMatvec, BlockQuantProductsMatchTheDequantizedProduct) {
   for (const auto& [N, K] : type == DType::kQ4_K || type == DType::kQ6_K ? block256_shapes : block32_shapes) {
     const std::vector<uint8_t> gguf = random_rows(type, N, K, rng);
     std::vector<uint8_t> dev(gguf.size());
-    repack_rows(type, gguf.data(), dev.data(), N, K);
+    cuda::repack_rows(type, gguf.data(), dev.data(), N, K);
     const size_t row_bytes = dtype_bytes(type, size_t(K));
     std::vector<float> x(size_t(T * K));
     for (auto& v : x) v = nd(rng);

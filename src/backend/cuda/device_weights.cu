@@ -129,12 +129,7 @@ Result<std::shared_ptr<DeviceWeights>> DeviceWeights::upload(const WeightSet& se
         const int64_t rows = int64_t((r.end - r.begin) / r.row_bytes());
         const uint8_t* from = reinterpret_cast<const uint8_t*>(r.begin);
         uint8_t* to = staged.data() + (r.begin - s.begin);
-        switch (r.type) {
-          case DType::kQ4_0: cuda::repack_q4_0_rows(from, to, rows, r.K); break;
-          case DType::kQ4_K: cuda::repack_q4_k_rows(from, to, rows, r.K); break;
-          case DType::kQ6_K: cuda::repack_q6_k_rows(from, to, rows, r.K); break;
-          default: cuda::repack_q8_0_rows(from, to, rows, r.K); break;
-        }
+        cuda::repack_rows(r.type, from, to, rows, r.K);
       }
       src = staged.data();
     }

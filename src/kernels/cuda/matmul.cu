@@ -16,7 +16,7 @@ constexpr int kRowsPerWarp = 4;
 constexpr int kTokensPerPass = 8;
 constexpr int kWarpsPerBlock = 4;
 
-// Weight k of a row of K weights (K locates q8_0's scales: weight_layout.cuh).
+// Weight k of a row of K weights (K locates the block types' scales: weight_layout.cuh).
 template <DType D>
 __device__ __forceinline__ float load_w(const uint8_t* row, int64_t k, int64_t K) {
   if constexpr (D == DType::kF32) return reinterpret_cast<const float*>(row)[k];
@@ -29,7 +29,8 @@ __device__ __forceinline__ float load_w(const uint8_t* row, int64_t k, int64_t K
   else return bf16_bits_to_f32(reinterpret_cast<const uint16_t*>(row)[k]);
 }
 
-// 8 consecutive weights starting at k (16-byte aligned for 2-byte types, 32 for f32, 8 for q8_0).
+// 8 consecutive weights starting at k (16-byte aligned for 2-byte types, 32 for f32; the block
+// types' device rows are read with 8-, 4- and 2-byte loads: weight_layout.cuh).
 template <DType D>
 __device__ __forceinline__ void load_w8(const uint8_t* row, int64_t k, int64_t K, float* out) {
   if constexpr (D == DType::kQ8_0) {
@@ -150,9 +151,9 @@ __device__ __forceinline__ void load_x8(const float* x, const float* up, int64_t
   }
 }
 
-// A group of 8 weights as loaded (16 bytes for 2-byte types, 32 for f32; for q8_0 the 8 quants in
-// a.x, a.y and the block's scale bits in a.z), unpacked at use: a lane keeps kMatvecGroups groups
-// in flight in 32 registers.
+// A group of 8 weights as loaded (16 bytes for 2-byte types, 32 for f32; for the block types
+// their quants, scale bits and, for q4_K, the sub-block index in a and the super-block header in b),
+// unpacked at use: a lane keeps kMatvecGroups groups in flight in 32 registers.
 struct Raw8 {
   uint4 a, b;
 };
@@ -682,9 +683,9 @@ __device__ __forceinline__ void stage_slots(float* xs, const float* gate, const 
 // router launch's tail) has completed. The routing loads go through L2 (__ldcg), never a stale L1
 // line of an earlier layer's routing. 2: also the first pass of weight loads (constant) before the
 // wait. Same values read in every mode, so the same bits.
-template <DType D, int R, int EARLY>
-// q8_0: held to two blocks per SM (a second pointer per row for the block scales would otherwise
+// The block types are held to two blocks per SM (the scale addresses per row would otherwise
 // leave one; a few bytes spill instead).
+template <DType D, int R, int EARLY>
 __global__ void __launch_bounds__(kMatvecWarps * 32, D == DType::kQ8_0 || D == DType::kQ4_0 || D == DType::kQ4_K || D == DType::kQ6_K ? 2 : 1)
     down_combine_kernel(DownCombine a) {
   if constexpr (EARLY == 0) pdl_begin();

@@ -2,7 +2,7 @@
 //
 // q8_0 (GGUF: blocks of 32 weights, 34 bytes each, an f16 scale d then 32 int8 quants q; the
 // weight is q·d). On the GPU a row of K weights (K % 32 == 0) keeps the same row_bytes (34 K / 32)
-// but is repacked at upload (repack_q8_0_rows) into its K quants in order, then its K / 32 scales:
+// but is repacked at upload (repack_rows) into its K quants in order, then its K / 32 scales:
 //
 //     [ q[0] q[1] ... q[K-1] | d[0] d[1] ... d[K/32-1] ]
 //
@@ -15,7 +15,7 @@
 //
 // q4_0 (GGUF: blocks of 32 weights, 18 bytes: an f16 scale d, then 16 bytes whose low nibbles are
 // weights 0..15 and high nibbles 16..31; the weight is (nibble - 8)·d). On the GPU a row keeps
-// its 18 K / 32 bytes, repacked (repack_q4_0_rows) into its weights' nibbles in order, two per
+// its 18 K / 32 bytes, repacked into its weights' nibbles in order, two per
 // byte, low nibble first (a group of 8 is one aligned 4-byte word), then its K / 32 scales:
 //
 //     [ n[0] | n[1]<<4, n[2] | n[3]<<4, ... | d[0] d[1] ... d[K/32-1] ]
@@ -38,27 +38,20 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/dtype.h"
+
 #ifdef __CUDACC__
 #include <cuda_fp16.h>
 #endif
 
 namespace weft::cuda {
 
-// Host: rows x K weights from GGUF's q8_0 blocks (src, rows · 34 K / 32 bytes) into the device
-// layout above (dst, same size; dst != src). K must be a multiple of 32.
-void repack_q8_0_rows(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t K);
-// Host: weight k of a row in the device layout (tests read it back with this).
-float q8_0_device_weight(const uint8_t* row, int64_t K, int64_t k);
-// Host: the same for q4_0 (src: rows · 18 K / 32 bytes of GGUF blocks).
-void repack_q4_0_rows(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t K);
-float q4_0_device_weight(const uint8_t* row, int64_t K, int64_t k);
-// Bytes of a device-layout row of a block type (q8_0, q4_0) for K weights: GGUF's row size.
-int64_t block_row_bytes(bool q4, int64_t K);
-// Host: q4_K and q6_K (K % 256 == 0), as above.
-void repack_q4_k_rows(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t K);
-void repack_q6_k_rows(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t K);
-float q4_k_device_weight(const uint8_t* row, int64_t K, int64_t k);
-float q6_k_device_weight(const uint8_t* row, int64_t K, int64_t k);
+// Host: rows x K weights of block type t (q8_0, q4_0, q4_K, q6_K) from GGUF's blocks (src,
+// rows · dtype_bytes(t, K) bytes) into the device layout above (dst, same size; dst != src).
+// Throws std::invalid_argument for another type or a K that is not a multiple of the block.
+void repack_rows(DType t, const uint8_t* src, uint8_t* dst, int64_t rows, int64_t K);
+// Host: weight k of a device-layout row of type t and K weights (tests read the layout back).
+float device_weight(DType t, const uint8_t* row, int64_t K, int64_t k);
 
 #ifdef __CUDACC__
 // Device: the scale of weight k's block in a device-layout row of K weights.
