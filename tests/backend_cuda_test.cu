@@ -98,7 +98,10 @@ bool is_q8_param(const std::string& p) { return p.find('@') != std::string::npos
 std::string base_of(const std::string& p) { return p.substr(0, p.find('@')); }
 WeightScheme scheme_of(const std::string& p) {
   const std::string t = p.substr(p.find('@') + 1);
-  return t == "q4_0" ? WeightScheme::kQ4_0 : t == "q4_k_m" ? WeightScheme::kQ4_K_M : WeightScheme::kQ8_0;
+  return t == "q4_0"     ? WeightScheme::kQ4_0
+         : t == "q4_k_m" ? WeightScheme::kQ4_K_M
+         : t == "q5_k_m" ? WeightScheme::kQ5_K_M
+                         : WeightScheme::kQ8_0;
 }
 
 class CudaBackendTest : public ::testing::TestWithParam<std::string> {
@@ -383,7 +386,10 @@ INSTANTIATE_TEST_SUITE_P(Q8, CudaBackendTest,
                                            "llama_f32@q8_0", "qwen3_tied_f16@q8_0", "weft_tiny_hybrid_ref@q8_0",
                                            "qwen35_moe_hd256@q4_0", "weft_tiny_hybrid_ref@q4_0",
                                            // q4_K + q8_0; q4_K + q6_K + q8_0 (llama.cpp's Q4_K_M mix)
-                                           "qwen3_tied_f16@q4_k_m", "weft_tiny_hybrid_ref@q4_k_m"),
+                                           "qwen3_tied_f16@q4_k_m", "weft_tiny_hybrid_ref@q4_k_m",
+                                           // q5_K + q6_K + q8_0 (llama.cpp's Q5_K_M mix)
+                                           "qwen3_tied_f16@q5_k_m", "qwen35_moe_hd256@q5_k_m",
+                                           "weft_tiny_hybrid_ref@q5_k_m"),
                          [](const ::testing::TestParamInfo<std::string>& i) {
                            std::string n = i.param;
                            n.replace(n.find('@'), 1, "_");
@@ -537,18 +543,23 @@ std::vector<uint8_t> random_block_rows(DType t, int64_t rows, int64_t K, std::mt
   return bytes;
 }
 GgmlType ggml_of(DType t) {
-  return t == DType::kQ4_0 ? GgmlType::kQ4_0 : t == DType::kQ4_K ? GgmlType::kQ4_K : t == DType::kQ6_K ? GgmlType::kQ6_K : GgmlType::kQ8_0;
+  return t == DType::kQ4_0   ? GgmlType::kQ4_0
+         : t == DType::kQ4_K ? GgmlType::kQ4_K
+         : t == DType::kQ5_K ? GgmlType::kQ5_K
+         : t == DType::kQ6_K ? GgmlType::kQ6_K
+                             : GgmlType::kQ8_0;
 }
-// GGUF q4_K / q6_K rows of random super-blocks: random bytes everywhere except the f16 scales
-// (d, dmin: small, both signs for q6_K's d), so every 6-bit scale and min, nibble and 2-bit pair.
+// GGUF q4_K / q5_K / q6_K rows of random super-blocks: random bytes everywhere except the f16
+// scales (d, dmin: small, both signs for q6_K's d), so every 6-bit scale and min, nibble, fifth bit
+// and 2-bit pair.
 std::vector<uint8_t> random_k_rows(DType t, int64_t rows, int64_t K, std::mt19937& rng) {
-  const size_t block = t == DType::kQ4_K ? 144 : 210;
+  const size_t block = dtype_size(t);
   std::vector<uint8_t> bytes(size_t(rows * K / 256) * block);
   std::uniform_int_distribution<int> q(0, 255);
   std::normal_distribution<float> scale(0.0f, 0.001f);
   for (auto& b : bytes) b = uint8_t(q(rng));
   for (size_t b = 0; b < bytes.size(); b += block) {
-    if (t == DType::kQ4_K) {
+    if (t == DType::kQ4_K || t == DType::kQ5_K) {
       const uint16_t d = f32_to_f16(std::fabs(scale(rng))), dmin = f32_to_f16(std::fabs(scale(rng)));
       std::memcpy(&bytes[b], &d, 2), std::memcpy(&bytes[b + 2], &dmin, 2);
     } else {
@@ -559,18 +570,19 @@ std::vector<uint8_t> random_k_rows(DType t, int64_t rows, int64_t K, std::mt1993
   return bytes;
 }
 std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t K, std::mt19937& rng) {
-  return t == DType::kQ4_K || t == DType::kQ6_K ? random_k_rows(t, rows, K, rng) : random_block_rows(t, rows, K, rng);
+  return dtype_block(t) == 256 ? random_k_rows(t, rows, K, rng) : random_block_rows(t, rows, K, rng);
 }
 
 // The device layouts of the block types (kernels/cuda/weight_layout.cuh) hold exactly the weights
 // of GGUF's blocks: every weight of the repacked rows equals dequantize_row's, bit for bit, at odd
-// row counts and row lengths of 1 to 65 blocks (q8_0, q4_0) and 1 to 9 super-blocks (q4_K, q6_K).
+// row counts and row lengths of 1 to 65 blocks (q8_0, q4_0) and 1 to 9 super-blocks (q4_K, q5_K,
+// q6_K).
 // Host code: runs without a GPU too.
 TEST(CudaWeightLayout, RepackedRowsHoldTheBlocksWeights) {
   std::mt19937 rng(5);
   const std::vector<std::pair<int64_t, int64_t>> block32{{1, 32}, {7, 96}, {3, 2048}, {5, 2080}};
   const std::vector<std::pair<int64_t, int64_t>> block256{{1, 256}, {7, 512}, {3, 2304}};
-  for (const DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K})
+  for (const DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
     for (const auto& [rows, K] : dtype_block(t) == 32 ? block32 : block256) {
       const std::vector<uint8_t> gguf = random_rows(t, rows, K, rng);
       std::vector<uint8_t> dev(gguf.size(), 0xAB);
@@ -590,6 +602,7 @@ TEST(CudaWeightLayout, RepackedRowsHoldTheBlocksWeights) {
   std::vector<uint8_t> dst(256);
   EXPECT_THROW(cuda::repack_rows(DType::kQ8_0, dst.data(), dst.data(), 1, 48), std::invalid_argument);
   EXPECT_THROW(cuda::repack_rows(DType::kQ4_K, dst.data(), dst.data(), 1, 128), std::invalid_argument);
+  EXPECT_THROW(cuda::repack_rows(DType::kQ5_K, dst.data(), dst.data(), 1, 384), std::invalid_argument);
   EXPECT_THROW(cuda::repack_rows(DType::kBF16, dst.data(), dst.data(), 1, 32), std::invalid_argument);
 }
 
@@ -598,7 +611,7 @@ TEST(CudaWeightLayout, RepackedRowsHoldTheBlocksWeights) {
 // weights within fp32 rounding (|err| <= 1e-5 · Σ|w·x|), at odd sizes: N not a multiple of the
 // rows of a warp or block, K of 1 to 257 blocks, rows that are not 16-byte multiples (K % 256 != 0:
 // the element-wise path of the tile kernel; the one-token kernel is not used there).
-// (And the same for q4_0, q4_K and q6_K.)
+// (And the same for q4_0, q4_K, q5_K and q6_K.)
 TEST(CudaMatvec, BlockQuantProductsMatchTheDequantizedProduct) {
   if (Status s = check_device(Device::kCuda); !s.ok()) GTEST_SKIP() << "no GPU here: " << s.message();
   std::mt19937 rng(23);
@@ -610,8 +623,8 @@ TEST(CudaMatvec, BlockQuantProductsMatchTheDequantizedProduct) {
   // tile kernel's element-wise path).
   const std::vector<std::pair<int64_t, int64_t>> block256_shapes{
       {2048, 4096}, {37, 2048}, {1089, 2048}, {5000, 512}, {9, 8192}, {3, 256}, {70, 2304}};
-  for (const DType type : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K})
-  for (const auto& [N, K] : type == DType::kQ4_K || type == DType::kQ6_K ? block256_shapes : block32_shapes) {
+  for (const DType type : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
+  for (const auto& [N, K] : dtype_block(type) == 256 ? block256_shapes : block32_shapes) {
     const std::vector<uint8_t> gguf = random_rows(type, N, K, rng);
     std::vector<uint8_t> dev(gguf.size());
     cuda::repack_rows(type, gguf.data(), dev.data(), N, K);

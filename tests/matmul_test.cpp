@@ -430,7 +430,11 @@ TEST(Matmul, DISABLED_PrefillShapes) {
   const Shape shapes[] = {{"expert gate+up", 1024, 2048, 608},
                           {"expert down", 2048, 512, 608},
                           {"gdn in_proj", 12288, 2048, 2432},
-                          {"k/v proj", 512, 2048, 2432}};
+                          {"k/v proj", 512, 2048, 2432},
+                          // The shipped model (hidden 384, MLP 1024) over a 4096-token prompt.
+                          {"tiny mlp gate+up", 2048, 384, 4096},
+                          {"tiny mlp down", 384, 1024, 4096},
+                          {"tiny gdn qkvz", 1536, 384, 4096}};
   std::mt19937 rng(1);
   for (int threads : {1, 2}) {
     ThreadPool pool(threads);

@@ -23,7 +23,7 @@ bool is_device_memory(const void* p) {
   return a.type == cudaMemoryTypeDevice;
 }
 
-// The host ranges of the block-quantized matrices (q8_0, q4_0, q4_K, q6_K), merged where views share rows (a
+// The host ranges of the block-quantized matrices (q8_0, q4_0, q4_K, q5_K, q6_K), merged where views share rows (a
 // tied embedding and output head, row slices of a fused tensor), so each row is repacked into the
 // device layout (kernels/cuda/weight_layout.cuh) exactly once. Views that overlap without sharing
 // their row grid and type are an error (no such model exists; repacking one would corrupt the other).
@@ -74,7 +74,7 @@ Result<std::shared_ptr<DeviceWeights>> DeviceWeights::upload(const WeightSet& se
     if (!cuda::matmul_supports(m.dtype))
       return Status::error(std::string("weight type ") + dtype_name(m.dtype) + " (a [" + std::to_string(m.rows) + ", " +
                            std::to_string(m.cols) + "] matrix) is not yet on CUDA; the CUDA backend takes bf16, "
-                           "f16, f32, q8_0, q4_0, q4_K and q6_K weights (`weft quantize IN.gguf OUT.gguf --type q4_k_m`, or "
+                           "f16, f32, q8_0, q4_0, q4_K, q5_K and q6_K weights (`weft quantize IN.gguf OUT.gguf --type q4_k_m`, or "
                            "`weft convert --type bf16`)");
     const uintptr_t b = reinterpret_cast<uintptr_t>(m.data);
     spans.push_back({b, b + m.bytes()});

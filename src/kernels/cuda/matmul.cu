@@ -7,7 +7,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/moe_route.cuh"
 #include "kernels/cuda/moe_route_dev.cuh"
-#include "kernels/cuda/weight_layout.cuh"
+#include "kernels/cuda/weight_types.cuh"
 
 namespace weft::cuda {
 namespace {
@@ -15,19 +15,6 @@ namespace {
 constexpr int kRowsPerWarp = 4;
 constexpr int kTokensPerPass = 8;
 constexpr int kWarpsPerBlock = 4;
-
-// Weight k of a row of K weights (K locates the block types' scales: weight_layout.cuh).
-template <DType D>
-__device__ __forceinline__ float load_w(const uint8_t* row, int64_t k, int64_t K) {
-  if constexpr (D == DType::kF32) return reinterpret_cast<const float*>(row)[k];
-  else if constexpr (D == DType::kF16) return f16_bits_to_f32(reinterpret_cast<const uint16_t*>(row)[k]);
-  else if constexpr (D == DType::kQ8_0) return float(int8_t(row[k])) * f16_bits_to_f32(q8_0_scale_bits(row, K, k));
-  else if constexpr (D == DType::kQ4_0)
-    return float(int((row[k / 2] >> (4 * (k % 2))) & 0xF) - 8) * f16_bits_to_f32(q4_0_scale_bits(row, K, k));
-  else if constexpr (D == DType::kQ4_K) return q4_k_weight(row, K, k);
-  else if constexpr (D == DType::kQ6_K) return q6_k_weight(row, K, k);
-  else return bf16_bits_to_f32(reinterpret_cast<const uint16_t*>(row)[k]);
-}
 
 // 8 consecutive weights starting at k (16-byte aligned for 2-byte types, 32 for f32; the block
 // types' device rows are read with 8-, 4- and 2-byte loads: weight_layout.cuh).
@@ -42,6 +29,9 @@ __device__ __forceinline__ void load_w8(const uint8_t* row, int64_t k, int64_t K
   } else if constexpr (D == DType::kQ4_K) {
     q4_k_unpack8(*reinterpret_cast<const uint32_t*>(row + k / 2),
                  *reinterpret_cast<const uint4*>(row + K / 2 + 16 * (k / 256)), int((k % 256) / 32), out);
+  } else if constexpr (D == DType::kQ5_K) {
+    q5_k_unpack8(*reinterpret_cast<const uint32_t*>(row + k / 2), row[K / 2 + k / 8],
+                 *reinterpret_cast<const uint4*>(q5_k_header(row, K, k)), int((k % 256) / 32), out);
   } else if constexpr (D == DType::kQ6_K) {
     const uint8_t* h = q6_k_header(row, K, k);
     q6_k_unpack8(*reinterpret_cast<const uint32_t*>(row + k / 2), *reinterpret_cast<const uint16_t*>(row + K / 2 + k / 4),
@@ -91,7 +81,7 @@ __device__ __forceinline__ void matmul_tile(const uint8_t* w, size_t row_bytes, 
         load_w8<D>(rows[r], k0, K, wv[r]);
       } else {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) wv[r][j] = j < n_k ? load_w<D>(rows[r], k0 + j, K) : 0.0f;
+        for (int j = 0; j < 8; ++j) wv[r][j] = j < n_k ? weight_at<D>(rows[r], k0 + j, K) : 0.0f;
       }
     }
 #pragma unroll
@@ -152,7 +142,8 @@ __device__ __forceinline__ void load_x8(const float* x, const float* up, int64_t
 }
 
 // A group of 8 weights as loaded (16 bytes for 2-byte types, 32 for f32; for the block types
-// their quants, scale bits and, for q4_K, the sub-block index in a and the super-block header in b),
+// their quants, scale bits and, for q4_K and q5_K, the sub-block index in a and the super-block
+// header in b),
 // unpacked at use: a lane keeps kMatvecGroups groups in flight in 32 registers.
 struct Raw8 {
   uint4 a, b;
@@ -168,6 +159,10 @@ __device__ __forceinline__ Raw8 load_raw8(const uint8_t* row, int64_t k, int64_t
   } else if constexpr (D == DType::kQ4_K) {
     r.a.x = *reinterpret_cast<const uint32_t*>(row + k / 2), r.a.w = uint32_t((k % 256) / 32);
     r.b = *reinterpret_cast<const uint4*>(row + K / 2 + 16 * (k / 256));
+  } else if constexpr (D == DType::kQ5_K) {
+    r.a.x = *reinterpret_cast<const uint32_t*>(row + k / 2), r.a.y = row[K / 2 + k / 8];
+    r.a.w = uint32_t((k % 256) / 32);
+    r.b = *reinterpret_cast<const uint4*>(q5_k_header(row, K, k));
   } else if constexpr (D == DType::kQ6_K) {
     const uint8_t* h = q6_k_header(row, K, k);
     r.a.x = *reinterpret_cast<const uint32_t*>(row + k / 2);
@@ -192,6 +187,8 @@ __device__ __forceinline__ void unpack8(const Raw8& r, float* out) {
     q4_0_unpack8(r.a.x, f16_bits_to_f32(uint16_t(r.a.z)), out);
   } else if constexpr (D == DType::kQ4_K) {
     q4_k_unpack8(r.a.x, r.b, int(r.a.w), out);
+  } else if constexpr (D == DType::kQ5_K) {
+    q5_k_unpack8(r.a.x, r.a.y, r.b, int(r.a.w), out);
   } else if constexpr (D == DType::kQ6_K) {
     q6_k_unpack8(r.a.x, r.a.y, int(int32_t(r.a.z)), f16_bits_to_f32(uint16_t(r.a.w)), out);
   } else if constexpr (D == DType::kF32) {
@@ -444,6 +441,7 @@ __device__ __forceinline__ void prefetch_rows(const uint8_t* const* rows, int n_
   const int64_t bytes = D == DType::kQ8_0   ? K / 32 * 34
                         : D == DType::kQ4_0 ? K / 32 * 18
                         : D == DType::kQ4_K ? K / 256 * 144
+                        : D == DType::kQ5_K ? K / 256 * 176
                         : D == DType::kQ6_K ? K / 256 * 210
                                             : K * int64_t(D == DType::kF32 ? 4 : 2);
 #pragma unroll
@@ -551,6 +549,10 @@ __global__ void __launch_bounds__(kMatvecWarps * 32)
       break;
     case DType::kQ4_K:
       matvec_multi_block<DType::kQ4_K, kPlain, R, false, WIDE, EARLY>(jobs, j, blocks, K, x, nullptr, prefetch, tail,
+                                                                      norm, nullptr);
+      break;
+    case DType::kQ5_K:
+      matvec_multi_block<DType::kQ5_K, kPlain, R, false, WIDE, EARLY>(jobs, j, blocks, K, x, nullptr, prefetch, tail,
                                                                       norm, nullptr);
       break;
     case DType::kQ6_K:
@@ -686,7 +688,7 @@ __device__ __forceinline__ void stage_slots(float* xs, const float* gate, const 
 // The block types are held to two blocks per SM (the scale addresses per row would otherwise
 // leave one; a few bytes spill instead).
 template <DType D, int R, int EARLY>
-__global__ void __launch_bounds__(kMatvecWarps * 32, D == DType::kQ8_0 || D == DType::kQ4_0 || D == DType::kQ4_K || D == DType::kQ6_K ? 2 : 1)
+__global__ void __launch_bounds__(kMatvecWarps * 32, dtype_is_block_quant_v<D> ? 2 : 1)
     down_combine_kernel(DownCombine a) {
   if constexpr (EARLY == 0) pdl_begin();
   extern __shared__ float4 staged4[];
@@ -828,16 +830,10 @@ void expert_matmul(DType dtype, const ExpertMatmulJob* jobs, int64_t n_jobs, int
    : mode == kSwigluDirect ? launch_pdl(expert_matvec_kernel<D, kSwigluDirect, RR>, g, kMatvecWarps * 32, 0, stream, jobs, expert_begin, tile_expert, n_tiles) \
                            : launch_pdl(expert_matvec_kernel<D, kPlain, RR>, g, kMatvecWarps * 32, 0, stream, jobs, expert_begin, tile_expert, n_tiles))
 #define WEFT_EXPERT_VEC(D) (R == 2 ? WEFT_EXPERT_VEC_R(D, 2) : WEFT_EXPERT_VEC_R(D, 1))
-    switch (dtype) {
-      case DType::kF32: WEFT_EXPERT_VEC(DType::kF32); break;
-      case DType::kF16: WEFT_EXPERT_VEC(DType::kF16); break;
-      case DType::kBF16: WEFT_EXPERT_VEC(DType::kBF16); break;
-      case DType::kQ8_0: WEFT_EXPERT_VEC(DType::kQ8_0); break;
-      case DType::kQ4_0: WEFT_EXPERT_VEC(DType::kQ4_0); break;
-      case DType::kQ4_K: WEFT_EXPERT_VEC(DType::kQ4_K); break;
-      case DType::kQ6_K: WEFT_EXPERT_VEC(DType::kQ6_K); break;
-      default: check(cudaErrorInvalidValue, "expert_matmul: weight type not yet on CUDA");
-    }
+    with_weight_type(dtype, "expert_matmul", [&](auto d) {
+      constexpr DType D = decltype(d)::value;
+      WEFT_EXPERT_VEC(D);
+    });
 #undef WEFT_EXPERT_VEC
 #undef WEFT_EXPERT_VEC_R
     WEFT_CUDA_LAUNCHED();
@@ -848,16 +844,10 @@ void expert_matmul(DType dtype, const ExpertMatmulJob* jobs, int64_t n_jobs, int
 #define WEFT_EXPERT(D)                                                                                       \
   (vec ? launch_pdl(expert_matmul_kernel<D, true>, grid, threads, 0, stream, jobs, expert_begin, tile_expert, tile_t0, n_tiles) \
        : launch_pdl(expert_matmul_kernel<D, false>, grid, threads, 0, stream, jobs, expert_begin, tile_expert, tile_t0, n_tiles))
-  switch (dtype) {
-    case DType::kF32: WEFT_EXPERT(DType::kF32); break;
-    case DType::kF16: WEFT_EXPERT(DType::kF16); break;
-    case DType::kBF16: WEFT_EXPERT(DType::kBF16); break;
-    case DType::kQ8_0: WEFT_EXPERT(DType::kQ8_0); break;
-    case DType::kQ4_0: WEFT_EXPERT(DType::kQ4_0); break;
-    case DType::kQ4_K: WEFT_EXPERT(DType::kQ4_K); break;
-    case DType::kQ6_K: WEFT_EXPERT(DType::kQ6_K); break;
-    default: check(cudaErrorInvalidValue, "expert_matmul: weight type not yet on CUDA");
-  }
+  with_weight_type(dtype, "expert_matmul", [&](auto d) {
+    constexpr DType D = decltype(d)::value;
+    WEFT_EXPERT(D);
+  });
 #undef WEFT_EXPERT
   WEFT_CUDA_LAUNCHED();
 }
@@ -885,16 +875,10 @@ void down_combine(DType dtype, const DownCombine& a, cudaStream_t stream) {
    : a.early == 1 ? launch_pdl(down_combine_kernel<D, RR, 1>, grid, threads, smem, stream, a) \
                   : launch_pdl(down_combine_kernel<D, RR, 2>, grid, threads, smem, stream, a))
 #define WEFT_DOWN_COMBINE(D) (small ? WEFT_DOWN_COMBINE_E(D, 10) : WEFT_DOWN_COMBINE_E(D, kMaxDownCombineRows))
-  switch (dtype) {
-    case DType::kF32: WEFT_DOWN_COMBINE(DType::kF32); break;
-    case DType::kF16: WEFT_DOWN_COMBINE(DType::kF16); break;
-    case DType::kBF16: WEFT_DOWN_COMBINE(DType::kBF16); break;
-    case DType::kQ8_0: WEFT_DOWN_COMBINE(DType::kQ8_0); break;
-    case DType::kQ4_0: WEFT_DOWN_COMBINE(DType::kQ4_0); break;
-    case DType::kQ4_K: WEFT_DOWN_COMBINE(DType::kQ4_K); break;
-    case DType::kQ6_K: WEFT_DOWN_COMBINE(DType::kQ6_K); break;
-    default: check(cudaErrorInvalidValue, "down_combine: weight type not yet on CUDA");
-  }
+  with_weight_type(dtype, "down_combine", [&](auto d) {
+    constexpr DType D = decltype(d)::value;
+    WEFT_DOWN_COMBINE(D);
+  });
 #undef WEFT_DOWN_COMBINE
 #undef WEFT_DOWN_COMBINE_E
   WEFT_CUDA_LAUNCHED();
@@ -987,7 +971,6 @@ void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x
     return;
   }
   const MatvecLaunch l{grid, threads, smem, stream, jobs, blocks, K, x, pf, t, nin};
-  switch (dtype) {
 #define WEFT_MATVEC_R(D, RR)                                                                                   \
   (mode == kNormStaged     ? (wide ? launch_multi<D, kNormStaged, 1, false, true>(l, nullptr, early)         \
                                    : launch_multi<D, kNormStaged, RR>(l, nullptr, early))                    \
@@ -999,38 +982,21 @@ void matvec_multi(DType dtype, const MatvecJobs& jobs, int64_t K, const float* x
    : wide                  ? launch_multi<D, kPlain, 1, false, true>(l, nullptr, early)                      \
                            : launch_multi<D, kPlain, RR>(l, nullptr, early))
 #define WEFT_MATVEC(D) (R == 2 ? WEFT_MATVEC_R(D, 2) : WEFT_MATVEC_R(D, 1))
-    case DType::kF32: WEFT_MATVEC(DType::kF32); break;
-    case DType::kF16: WEFT_MATVEC(DType::kF16); break;
-    case DType::kBF16: WEFT_MATVEC(DType::kBF16); break;
-    case DType::kQ8_0: WEFT_MATVEC(DType::kQ8_0); break;
-    case DType::kQ4_0: WEFT_MATVEC(DType::kQ4_0); break;
-    case DType::kQ4_K: WEFT_MATVEC(DType::kQ4_K); break;
-    case DType::kQ6_K: WEFT_MATVEC(DType::kQ6_K); break;
+  with_weight_type(dtype, "matvec_multi", [&](auto d) {
+    constexpr DType D = decltype(d)::value;
+    WEFT_MATVEC(D);
+  });
 #undef WEFT_MATVEC
 #undef WEFT_MATVEC_R
-    default: check(cudaErrorInvalidValue, "matvec_multi: weight type not yet on CUDA");
-  }
   WEFT_CUDA_LAUNCHED();
 }
 
-bool matmul_supports(DType dtype) {
-  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16 || dtype == DType::kQ8_0 ||
-         dtype == DType::kQ4_0 || dtype == DType::kQ4_K || dtype == DType::kQ6_K;
-}
+bool matmul_supports(DType dtype) { return is_cuda_weight_type(dtype); }
 
 void matmul(DType dtype, const void* w, size_t row_bytes, int64_t N, int64_t K, const float* x, int64_t ldx,
             int64_t T, float* y, int64_t ldy, cudaStream_t stream) {
   if (T == 0 || N == 0) return;
-  switch (dtype) {
-    case DType::kF32: launch<DType::kF32>(w, row_bytes, N, K, x, ldx, T, y, ldy, stream); break;
-    case DType::kF16: launch<DType::kF16>(w, row_bytes, N, K, x, ldx, T, y, ldy, stream); break;
-    case DType::kBF16: launch<DType::kBF16>(w, row_bytes, N, K, x, ldx, T, y, ldy, stream); break;
-    case DType::kQ8_0: launch<DType::kQ8_0>(w, row_bytes, N, K, x, ldx, T, y, ldy, stream); break;
-    case DType::kQ4_0: launch<DType::kQ4_0>(w, row_bytes, N, K, x, ldx, T, y, ldy, stream); break;
-    case DType::kQ4_K: launch<DType::kQ4_K>(w, row_bytes, N, K, x, ldx, T, y, ldy, stream); break;
-    case DType::kQ6_K: launch<DType::kQ6_K>(w, row_bytes, N, K, x, ldx, T, y, ldy, stream); break;
-    default: check(cudaErrorInvalidValue, "matmul: weight type not yet on CUDA");
-  }
+  with_weight_type(dtype, "matmul", [&](auto d) { launch<decltype(d)::value>(w, row_bytes, N, K, x, ldx, T, y, ldy, stream); });
 }
 
 }  // namespace weft::cuda

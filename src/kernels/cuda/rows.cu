@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/weight_layout.cuh"
+#include "kernels/cuda/weight_types.cuh"
 
 namespace weft::cuda {
 namespace {
@@ -21,16 +21,7 @@ __global__ void embed_kernel(const uint8_t* table, size_t row_bytes, int64_t col
   const int64_t t = blockIdx.x;
   const uint8_t* row = table + size_t(ids[t]) * row_bytes;
   float* out = x + t * cols;
-  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
-    if constexpr (D == DType::kF32) out[i] = reinterpret_cast<const float*>(row)[i];
-    else if constexpr (D == DType::kF16) out[i] = f16_bits_to_f32(reinterpret_cast<const uint16_t*>(row)[i]);
-    else if constexpr (D == DType::kQ8_0) out[i] = float(int8_t(row[i])) * f16_bits_to_f32(q8_0_scale_bits(row, cols, i));
-    else if constexpr (D == DType::kQ4_0)
-      out[i] = float(int((row[i / 2] >> (4 * (i % 2))) & 0xF) - 8) * f16_bits_to_f32(q4_0_scale_bits(row, cols, i));
-    else if constexpr (D == DType::kQ4_K) out[i] = q4_k_weight(row, cols, i);
-    else if constexpr (D == DType::kQ6_K) out[i] = q6_k_weight(row, cols, i);
-    else out[i] = bf16_bits_to_f32(reinterpret_cast<const uint16_t*>(row)[i]);
-  }
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) out[i] = weight_at<D>(row, cols, i);
 }
 
 __global__ void gather_kernel(const float* src, const int32_t* rows, int64_t width, float* dst) {
@@ -139,16 +130,9 @@ void embed(DType dtype, const void* table, size_t row_bytes, int64_t cols, const
            cudaStream_t stream) {
   if (n == 0) return;
   const uint8_t* t = static_cast<const uint8_t*>(table);
-  switch (dtype) {
-    case DType::kF32: launch_pdl(embed_kernel<DType::kF32>, unsigned(n), kRowThreads, 0, stream, t, row_bytes, cols, ids, x); break;
-    case DType::kF16: launch_pdl(embed_kernel<DType::kF16>, unsigned(n), kRowThreads, 0, stream, t, row_bytes, cols, ids, x); break;
-    case DType::kQ8_0: launch_pdl(embed_kernel<DType::kQ8_0>, unsigned(n), kRowThreads, 0, stream, t, row_bytes, cols, ids, x); break;
-    case DType::kQ4_0: launch_pdl(embed_kernel<DType::kQ4_0>, unsigned(n), kRowThreads, 0, stream, t, row_bytes, cols, ids, x); break;
-    case DType::kQ4_K: launch_pdl(embed_kernel<DType::kQ4_K>, unsigned(n), kRowThreads, 0, stream, t, row_bytes, cols, ids, x); break;
-    case DType::kQ6_K: launch_pdl(embed_kernel<DType::kQ6_K>, unsigned(n), kRowThreads, 0, stream, t, row_bytes, cols, ids, x); break;
-    case DType::kBF16: launch_pdl(embed_kernel<DType::kBF16>, unsigned(n), kRowThreads, 0, stream, t, row_bytes, cols, ids, x); break;
-    default: check(cudaErrorInvalidValue, "embed: weight type not yet on CUDA");
-  }
+  with_weight_type(dtype, "embed", [&](auto d) {
+    launch_pdl(embed_kernel<decltype(d)::value>, unsigned(n), kRowThreads, 0, stream, t, row_bytes, cols, ids, x);
+  });
   WEFT_CUDA_LAUNCHED();
 }
 

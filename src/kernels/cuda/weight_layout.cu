@@ -49,6 +49,24 @@ void repack_row_q4_k(const uint8_t* src, uint8_t* q, int64_t K) {
   }
 }
 
+void repack_row_q5_k(const uint8_t* src, uint8_t* q, int64_t K) {
+  const auto* blk = reinterpret_cast<const BlockQ5_K*>(src);
+  uint8_t* high = q + K / 2;
+  uint8_t* h = high + K / 8;
+  std::memset(high, 0, size_t(K / 8));
+  for (int64_t b = 0; b < K / kQK_K; ++b) {
+    std::memcpy(h + 16 * b, &blk[b], 16);  // d, dmin, scales[12]: the block's first 16 bytes
+    // GGUF (dequantize_row_q5_K): weight 64c + l takes the low nibble of qs[32c + l] and bit 2c of
+    // qh[l]; weight 64c + 32 + l the high nibble of qs[32c + l] and bit 2c + 1 of qh[l].
+    for (int e = 0; e < kQK_K; ++e) {
+      const int c = e / 64, l = e % 64, hi = l / 32, i = l % 32;
+      const int64_t k = kQK_K * b + e;
+      put_nibble(q, k, hi == 0 ? blk[b].qs[32 * c + i] & 0xF : blk[b].qs[32 * c + i] >> 4);
+      high[k / 8] = uint8_t(high[k / 8] | ((blk[b].qh[i] >> (2 * c + hi)) & 1) << (k % 8));
+    }
+  }
+}
+
 void repack_row_q6_k(const uint8_t* src, uint8_t* lo, int64_t K) {
   const auto* blk = reinterpret_cast<const BlockQ6_K*>(src);
   uint8_t* hi = lo + K / 2;
@@ -83,6 +101,7 @@ void repack_rows(DType t, const uint8_t* src, uint8_t* dst, int64_t rows, int64_
     case DType::kQ8_0: row_fn = repack_row_q8_0; break;
     case DType::kQ4_0: row_fn = repack_row_q4_0; break;
     case DType::kQ4_K: row_fn = repack_row_q4_k; break;
+    case DType::kQ5_K: row_fn = repack_row_q5_k; break;
     case DType::kQ6_K: row_fn = repack_row_q6_k; break;
     default: throw std::invalid_argument(std::string("repack_rows: no device layout for ") + dtype_name(t));
   }
@@ -103,6 +122,13 @@ float device_weight(DType t, const uint8_t* row, int64_t K, int64_t k) {
       unpack_scales_k4(h + 4, sc, m);
       const int j = int((k % kQK_K) / 32);
       return f16_at(h) * float(sc[j]) * float(nibble_at(row, k)) - f16_at(h + 2) * float(m[j]);
+    }
+    case DType::kQ5_K: {
+      const uint8_t* h = row + K / 2 + K / 8 + 16 * (k / kQK_K);
+      uint8_t sc[8], m[8];
+      unpack_scales_k4(h + 4, sc, m);
+      const int j = int((k % kQK_K) / 32), q = nibble_at(row, k) | ((row[K / 2 + k / 8] >> (k % 8)) & 1) << 4;
+      return f16_at(h) * float(sc[j]) * float(q) - f16_at(h + 2) * float(m[j]);
     }
     case DType::kQ6_K: {
       const int high = (row[K / 2 + k / 4] >> (2 * (k % 4))) & 3;

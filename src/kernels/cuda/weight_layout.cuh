@@ -29,6 +29,13 @@
 // bytes (d, dmin, scales) as they are. Weight k of sub-block j = (k % 256) / 32:
 // d·sc[j] · n - dmin·m[j], as dequantize_row_q4_K (d·sc[j] · n is exact, so one rounding).
 //
+// q5_K (GGUF: super-blocks of 256 weights, 176 bytes: q4_K's d, dmin and 12 scale bytes, then 32
+// bytes of fifth bits qh (weight 64c + l of chunk c: bit 2c of qh[l], weight 64c + 32 + l: bit
+// 2c + 1), then q4_K's 128 bytes of nibbles). On the GPU (K % 256 == 0, same row size): the nibbles
+// in weight order (like q4_K), the fifth bits in weight order (weight k: bit k % 8 of byte k / 8,
+// so a group of 8 is one byte), then each super-block's first 16 bytes as they are. Weight k:
+// d·sc[j] · (n + 16 b) - dmin·m[j], as dequantize_row_q5_K (d·sc[j] · q exact: 17 + 5 bits).
+//
 // q6_K (GGUF: 210 bytes per 256: low nibbles ql, high 2-bit pairs qh, 16 int8 sub-block scales,
 // f16 d). On the GPU: the low nibbles in weight order (K / 2 bytes), the high pairs in weight order,
 // four per byte, lowest bits first (K / 4 bytes), then per super-block its 16 scales and d (18
@@ -46,7 +53,7 @@
 
 namespace weft::cuda {
 
-// Host: rows x K weights of block type t (q8_0, q4_0, q4_K, q6_K) from GGUF's blocks (src,
+// Host: rows x K weights of block type t (q8_0, q4_0, q4_K, q5_K, q6_K) from GGUF's blocks (src,
 // rows · dtype_bytes(t, K) bytes) into the device layout above (dst, same size; dst != src).
 // Throws std::invalid_argument for another type or a K that is not a multiple of the block.
 void repack_rows(DType t, const uint8_t* src, uint8_t* dst, int64_t rows, int64_t K);
@@ -99,6 +106,23 @@ __device__ __forceinline__ void q4_k_unpack8(uint32_t word, uint4 h, int j, floa
   for (int i = 0; i < 8; ++i)
     out[i] = fmaf(d1, __uint_as_float(((word >> (4 * i)) & 0xFu) | 0x4B000000u) - 8388608.0f, -m1);
 }
+// Device: the 8 weights of a q5_K group: nibble word `word`, fifth bits `high` (bit i: weight i),
+// in sub-block j of the super-block whose header is h (as q4_k_unpack8's).
+__device__ __forceinline__ void q5_k_unpack8(uint32_t word, uint32_t high, uint4 h, int j, float* out) {
+  uint32_t sc, m;
+  q4_k_scale_min(h.y, h.z, h.w, j, &sc, &m);
+  const float d1 = __half2float(__ushort_as_half(uint16_t(h.x & 0xFFFF))) * float(sc);
+  const float m1 = __half2float(__ushort_as_half(uint16_t(h.x >> 16))) * float(m);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t q = ((word >> (4 * i)) & 0xFu) | ((high >> i) & 1u) << 4;
+    out[i] = fmaf(d1, __uint_as_float(q | 0x4B000000u) - 8388608.0f, -m1);
+  }
+}
+// Device: the 16-byte header (d, dmin, scales) of weight k's super-block in a q5_K row.
+__device__ __forceinline__ const uint8_t* q5_k_header(const uint8_t* row, int64_t K, int64_t k) {
+  return row + K / 2 + K / 8 + 16 * (k / 256);
+}
 // Device: the 8 weights of a q6_K group: low nibbles `lo`, high pairs `hi` (16 bits), its
 // sub-block's scale sc and the super-block's d.
 __device__ __forceinline__ void q6_k_unpack8(uint32_t lo, uint32_t hi, int sc, float d, float* out) {
@@ -113,16 +137,27 @@ __device__ __forceinline__ void q6_k_unpack8(uint32_t lo, uint32_t hi, int sc, f
 __device__ __forceinline__ const uint8_t* q6_k_header(const uint8_t* row, int64_t K, int64_t k) {
   return row + K / 2 + K / 4 + 18 * (k / 256);
 }
-// Device: one weight of a q4_K / q6_K device-layout row (the element-wise paths, the embedding).
-__device__ __forceinline__ float q4_k_weight(const uint8_t* row, int64_t K, int64_t k) {
-  const uint8_t* hp = row + K / 2 + 16 * (k / 256);
+// Device: a q4_K / q5_K super-block header read byte by byte (the element-wise paths' rows need
+// not be 16-byte aligned).
+__device__ __forceinline__ uint4 k_header_bytes(const uint8_t* hp) {
   uint4 h;
   h.x = uint32_t(hp[0]) | uint32_t(hp[1]) << 8 | uint32_t(hp[2]) << 16 | uint32_t(hp[3]) << 24;
   h.y = uint32_t(hp[4]) | uint32_t(hp[5]) << 8 | uint32_t(hp[6]) << 16 | uint32_t(hp[7]) << 24;
   h.z = uint32_t(hp[8]) | uint32_t(hp[9]) << 8 | uint32_t(hp[10]) << 16 | uint32_t(hp[11]) << 24;
   h.w = uint32_t(hp[12]) | uint32_t(hp[13]) << 8 | uint32_t(hp[14]) << 16 | uint32_t(hp[15]) << 24;
+  return h;
+}
+// Device: one weight of a q4_K / q5_K / q6_K device-layout row (the element-wise paths, the embedding).
+__device__ __forceinline__ float q4_k_weight(const uint8_t* row, int64_t K, int64_t k) {
   float w8[8];
-  q4_k_unpack8(uint32_t((row[k / 2] >> (4 * (k % 2))) & 0xF), h, int((k % 256) / 32), w8);
+  q4_k_unpack8(uint32_t((row[k / 2] >> (4 * (k % 2))) & 0xF), k_header_bytes(row + K / 2 + 16 * (k / 256)),
+               int((k % 256) / 32), w8);
+  return w8[0];
+}
+__device__ __forceinline__ float q5_k_weight(const uint8_t* row, int64_t K, int64_t k) {
+  float w8[8];
+  q5_k_unpack8(uint32_t((row[k / 2] >> (4 * (k % 2))) & 0xF), uint32_t((row[K / 2 + k / 8] >> (k % 8)) & 1),
+               k_header_bytes(q5_k_header(row, K, k)), int((k % 256) / 32), w8);
   return w8[0];
 }
 __device__ __forceinline__ float q6_k_weight(const uint8_t* row, int64_t K, int64_t k) {
