@@ -81,7 +81,7 @@ __device__ __forceinline__ void matmul_tile(const uint8_t* w, size_t row_bytes, 
         load_w8<D>(rows[r], k0, K, wv[r]);
       } else {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) wv[r][j] = j < n_k ? weight_at<D>(rows[r], k0 + j, K) : 0.0f;
+        for (int j = 0; j < 8; ++j) wv[r][j] = j < n_k ? weight_at<D>(rows[r], K, k0 + j) : 0.0f;
       }
     }
 #pragma unroll
