@@ -22,7 +22,7 @@ int run_quantize(int argc, char** argv) {
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
   auto scheme = parse_weight_scheme(type);
   if (!scheme.ok()) return fail(scheme.status());
-  if (Status s = quantize_gguf(in, out, scheme.value()); !s.ok()) return fail(s);
+  if (Status s = quantize_gguf(in, out, scheme.value(), convert_progress("quantize")); !s.ok()) return fail(s);
   std::printf("wrote %s (%s)\n", out.c_str(), weight_scheme_name(scheme.value()));
   return 0;
 }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/common.h"
 #include "model/gguf_convert.h"
 #include "model/synth.h"
 
@@ -81,7 +82,7 @@ int run_synth(int argc, char** argv) {
     SynthWriteOptions opt;
     opt.threads = threads;
     Status st = synth_write(*spec, tmp, opt);
-    if (st.ok()) st = convert_hf_to_gguf(tmp, out_dir, scheme.value());
+    if (st.ok()) st = convert_hf_to_gguf(tmp, out_dir, scheme.value(), convert_progress("synth"));
     std::filesystem::remove_all(tmp, ec2);
     if (!st.ok()) {
       std::fprintf(stderr, "weft synth: %s\n", st.message().c_str());

@@ -1,10 +1,12 @@
 #include "cli/common.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <memory>
 
 #include "core/mapped_file.h"
 #include "model/footprint.h"
@@ -309,6 +311,28 @@ int RunFlags::parse(CLI::App& app, int argc, char** argv) {
 Status RunFlags::check_model(const ModelConfig& config, int64_t tokens, size_t caches) const {
   WEFT_RETURN_IF_ERROR(check_kv_types(config, kv_options));
   return check_context(config, tokens, std::vector<KvOptions>(caches, kv_options), ctx_max);
+}
+
+}  // namespace weft::cli
+
+namespace weft::cli {
+
+ConvertProgress convert_progress(const char* command) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto last = std::make_shared<Clock::time_point>(start);
+  return [command = std::string(command), start, last](const std::string& tensor, int64_t done, int64_t total) {
+    const auto now = Clock::now();
+    if (now - *last < std::chrono::seconds(2)) return;
+    *last = now;
+    const double secs = std::chrono::duration<double>(now - start).count();
+    if (total > 0)
+      std::fprintf(stderr, "weft %s: %lld of %lld tensors, %s, %.0f s\n", command.c_str(), (long long)done,
+                   (long long)total, tensor.c_str(), secs);
+    else
+      std::fprintf(stderr, "weft %s: %lld tensors, %s, %.0f s\n", command.c_str(), (long long)done, tensor.c_str(),
+                   secs);
+  };
 }
 
 }  // namespace weft::cli

@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "model/model.h"
 #include "backend/backend_factory.h"
+#include "model/gguf_convert.h"
 #include "model/state.h"
 
 namespace weft::cli {
@@ -78,6 +79,10 @@ void add_device_flag(CLI::App& app, std::string* device);
 Result<Device> resolve_device(const std::string& device);  // prints "weft: <message>" and returns 1
 
 std::string human_bytes(double bytes);
+
+// Progress lines on stderr for `convert` / `quantize` ("weft convert: 120 of 733 tensors,
+// blk.12.ffn_down_exps.weight, 45 s"), at most one every 2 s, so short runs print none.
+ConvertProgress convert_progress(const char* command);
 
 // The flags of every command that runs a model on one KV configuration (chat, generate, logits,
 // serve): --kv / --kv-k / --kv-v / --kv-rotate, --device and --ctx-max, added, parsed and checked

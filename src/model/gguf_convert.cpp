@@ -323,7 +323,8 @@ GgmlType weight_type_for(WeightScheme scheme, const TensorRole& role, GgmlType s
   return t;
 }
 
-Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path, WeightScheme scheme) {
+Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path, WeightScheme scheme,
+                          const ConvertProgress& progress) {
   auto files_r = ModelFiles::open(hf_dir);
   if (!files_r.ok()) return files_r.status();
   const ModelFiles& files = *files_r.value();
@@ -365,11 +366,13 @@ Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path
     const GgmlType t = weight_type_for(scheme, role, ggml_of(source), ne[0]);
     if (attn_v_like(gname)) ++role.i_attn_v;
     out.push_back(encode(gname, t, std::move(ne), v));
+    if (progress) progress(gname, int64_t(out.size()), 0);
   };
   auto vec = [&](const std::string& gname, std::vector<int64_t> ne, std::vector<float> v, bool plus_one) {
     if (plus_one)
       for (float& x : v) x = 1.0f + x;
     out.push_back(encode(gname, GgmlType::kF32, std::move(ne), v));
+    if (progress) progress(gname, int64_t(out.size()), 0);
   };
   // Plain copies of a 2-D HF matrix, rows optionally gathered.
   auto copy2d = [&](const std::string& hf, const std::string& gname, const std::vector<int64_t>& map = {}) -> Status {
@@ -532,7 +535,8 @@ Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path
   return write_gguf(out_path, meta, w);
 }
 
-Status quantize_gguf(const std::string& in_path, const std::string& out_path, WeightScheme scheme) {
+Status quantize_gguf(const std::string& in_path, const std::string& out_path, WeightScheme scheme,
+                     const ConvertProgress& progress) {
   auto f_r = GgufFile::open(in_path);
   if (!f_r.ok()) return f_r.status();
   const GgufFile& f = f_r.value();
@@ -573,6 +577,7 @@ Status quantize_gguf(const std::string& in_path, const std::string& out_path, We
     for (int64_t r = 0; r < t.rows(); ++r) dequantize_row(t.type, t.data + size_t(r) * t.row_bytes(), v.data() + r * t.cols(), t.cols());
     out.push_back(encode(t.name, type, t.ne, v));  // reserved: earlier data pointers stay valid
     w.push_back({t.name, type, t.ne, out.back().data.data()});
+    if (progress) progress(t.name, int64_t(w.size()), int64_t(f.tensors().size()));
   }
   return write_gguf(out_path, f.metadata(), w);
 }

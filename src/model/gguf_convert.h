@@ -4,6 +4,8 @@
 // tokenizer as tokenizer.ggml.* metadata, and its per-tensor type mixes for q4_k_m / q5_k_m.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 
 #include "core/quant_types.h"
@@ -33,10 +35,16 @@ struct TensorRole {
 // its row length: a type whose block does not divide it falls back to q8_0, then to f16/`source`.
 GgmlType weight_type_for(WeightScheme scheme, const TensorRole& role, GgmlType source, int64_t cols);
 
+// Called after each tensor is encoded: its GGUF name, how many tensors are done, and how many there
+// are in all (0 while unknown: a conversion learns it as it goes). For progress lines on long runs.
+using ConvertProgress = std::function<void(const std::string& tensor, int64_t done, int64_t total)>;
+
 // Converts the HF model directory `hf_dir` into `out_path` (atomic write).
-Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path, WeightScheme scheme);
+Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path, WeightScheme scheme,
+                          const ConvertProgress& progress = {});
 // Rewrites a GGUF model with the weight matrices in `scheme`'s types (from their dequantized
 // values); metadata and small tensors are copied unchanged.
-Status quantize_gguf(const std::string& in_path, const std::string& out_path, WeightScheme scheme);
+Status quantize_gguf(const std::string& in_path, const std::string& out_path, WeightScheme scheme,
+                     const ConvertProgress& progress = {});
 
 }  // namespace weft
