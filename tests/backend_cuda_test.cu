@@ -12,6 +12,7 @@
 #include <cstdlib>
 
 #include "backend/backend_factory.h"
+#include "backend/cuda/device_weights.h"
 #include "backend/moe_route_host.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
@@ -604,6 +605,35 @@ TEST(CudaWeightLayout, RepackedRowsHoldTheBlocksWeights) {
   EXPECT_THROW(cuda::repack_rows(DType::kQ4_K, dst.data(), dst.data(), 1, 128), std::invalid_argument);
   EXPECT_THROW(cuda::repack_rows(DType::kQ5_K, dst.data(), dst.data(), 1, 384), std::invalid_argument);
   EXPECT_THROW(cuda::repack_rows(DType::kBF16, dst.data(), dst.data(), 1, 32), std::invalid_argument);
+}
+
+// The upload refuses, before touching the GPU (so this runs in CI too), what the kernels cannot
+// read: a block-quantized matrix whose rows are not whole blocks, two quantized views of one
+// range that do not share their rows (repacking one would corrupt the other), and a type the
+// kernels do not take; each error names the problem.
+TEST(CudaUpload, RefusesPartialBlocksOverlappingViewsAndUnknownTypes) {
+  std::vector<uint8_t> bytes(4096, 0);
+  const auto refused = [](const WeightSet& set) -> std::string {
+    auto r = DeviceWeights::upload(set);
+    return r.ok() ? std::string("(accepted)") : r.status().message();
+  };
+  WeightSet partial;
+  partial.matrices.push_back({DType::kQ4_K, bytes.data(), 2, 384});
+  EXPECT_NE(refused(partial).find("384 columns (not a multiple of its block)"), std::string::npos) << refused(partial);
+  WeightSet q5;
+  q5.matrices.push_back({DType::kQ5_K, bytes.data(), 1, 200});
+  EXPECT_NE(refused(q5).find("q5_K matrix of 200 columns"), std::string::npos) << refused(q5);
+  WeightSet overlap;  // 3 q8_0 rows of 64 (68 bytes each) and, inside them, 1 row of 96
+  overlap.matrices.push_back({DType::kQ8_0, bytes.data(), 3, 64});
+  overlap.matrices.push_back({DType::kQ8_0, bytes.data() + 68, 1, 96});
+  EXPECT_NE(refused(overlap).find("overlap without sharing their rows"), std::string::npos) << refused(overlap);
+  WeightSet shifted;  // same K, but the second view starts mid-row
+  shifted.matrices.push_back({DType::kQ4_0, bytes.data(), 4, 64});
+  shifted.matrices.push_back({DType::kQ4_0, bytes.data() + 18, 2, 64});
+  EXPECT_NE(refused(shifted).find("overlap without sharing their rows"), std::string::npos) << refused(shifted);
+  WeightSet ints;
+  ints.matrices.push_back({DType::kI32, bytes.data(), 2, 8});
+  EXPECT_NE(refused(ints).find("not yet on CUDA"), std::string::npos) << refused(ints);
 }
 
 // q8_0 products on the GPU: the one-token kernel (one and two jobs a launch) gives the bits of the
