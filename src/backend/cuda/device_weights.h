@@ -28,9 +28,10 @@ namespace weft {
 class DeviceWeights {
  public:
   ~DeviceWeights();
-  // Uploads every matrix and vector of `set` (q8_0 rows repacked into the kernels' layout on the
-  // way: kernels/cuda/weight_layout.cuh); an error for weight types the CUDA kernels cannot
-  // compute with yet (q4_0 and the k-quants), or when GPU memory runs out.
+  // Uploads every matrix and vector of `set` (block-quantized rows repacked into the kernels'
+  // layouts on the way: kernels/cuda/weight_layout.cuh); an error for a type the kernels do not
+  // take (kernels/cuda/weight_types.cuh), block rows that are not whole blocks, quantized views
+  // that overlap without sharing their rows, or when GPU memory runs out.
   static Result<std::shared_ptr<DeviceWeights>> upload(const WeightSet& set);
   // The device address of host address `host` inside an uploaded range; `host` itself when it is
   // in none (already device memory, e.g. a scratch buffer).
