@@ -68,19 +68,13 @@ inline void scale_by_tokens(const uint8_t* p, const BlockQ8_K* const* xb, int64_
   for (int t = 0; t < C; ++t) out[t] = _mm256_mul_ps(d, _mm256_set1_ps(xb[t][b].d));
 }
 
-// The one-token forms stream a group's column once, start to end. A software prefetch of the
-// column's bytes kColumnAhead ahead (one block's worth per block) keeps more lines in flight than
+// The one-token forms stream a group's column once, start to end: prefetch_ahead
+// (quant_simd_rows.h, 2 KiB ahead, one block's worth per block) keeps more lines in flight than
 // the hardware prefetcher alone: measured on a Xeon with `quant_bench` (N = K = 4096, weights
 // cycled over 128 MiB), before / after alternated at 2 threads: q8_0@x8 20.5-20.8 -> 25.8-26.2
 // GB/s (1 KiB ahead: 23.4; 3 KiB: 25.1; 4 KiB: 23.4), q4_K@x8 20.6-21.0 -> 23.2-23.7. q6_K's form
 // is left without it: no gain was shown there (q6_K@x8 read 20-21 GB/s with and without it in
 // the after tree, 23-24 in the tree before, where it runs after q8_0@x8 in the same process).
-constexpr size_t kColumnAhead = 2048;
-template <size_t kColumn>
-inline void prefetch_ahead(const uint8_t* col) {
-  for (size_t o = 0; o < kColumn; o += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(col) + kColumnAhead + o, _MM_HINT_T0);
-}
 
 // One token against one group: out[r]. q5_K adds 16 to a code where its fifth bit
 // (bit s of the row's qh byte for that position) is set: vptestmb + masked vpaddb, as the
@@ -98,7 +92,7 @@ void dot_group_one(const uint8_t* col, const BlockQ8_K* xb, int64_t K, float* ou
 #pragma GCC unroll 8
   for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b, col += kColumn) {
-    prefetch_ahead<kColumn>(col);
+    prefetch_ahead(col, kColumn);
     const BlockQ8_K& x = xb[b];
     const __m256 dx = _mm256_set1_ps(x.d);
     const __m256 dv = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(col))), dx);
@@ -155,7 +149,7 @@ void dot_group_one_q8_0(const uint8_t* col, const BlockQ8_0* xb, int64_t K, floa
 #pragma GCC unroll 8
   for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b, col += kColumn) {
-    prefetch_ahead<kColumn>(col);
+    prefetch_ahead(col, kColumn);
     const __m256 dv = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(col))),
                                     _mm256_set1_ps(_cvtsh_ss(xb[b].d)));
 #pragma GCC unroll 8
