@@ -313,10 +313,6 @@ Status RunFlags::check_model(const ModelConfig& config, int64_t tokens, size_t c
   return check_context(config, tokens, std::vector<KvOptions>(caches, kv_options), ctx_max);
 }
 
-}  // namespace weft::cli
-
-namespace weft::cli {
-
 ConvertProgress convert_progress(const char* command) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();

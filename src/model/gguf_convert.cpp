@@ -77,8 +77,8 @@ struct OutTensor {
 
 // Encodes f32 values [rows, ne[0]] into `type`. Rows are independent (quantize_row reads one row
 // and writes its blocks), so a large tensor's rows are spread over the machine's cores in tasks of
-// a fixed number of rows: the same bytes for any core count. (The k-quants' scale search runs at a
-// few million weights a second per core; a 35B-A3B file on one core took about two hours.)
+// a fixed number of rows: the same bytes for any core count. (On one core, `synth --format gguf
+// --type q5_k_m` of 40 layers x 16 experts did not finish in 230 s; docs/results.md §10.)
 OutTensor encode(std::string name, GgmlType type, std::vector<int64_t> ne, const std::vector<float>& v) {
   OutTensor o{std::move(name), type, std::move(ne), {}};
   const int64_t cols = o.ne[0], rows = cols == 0 ? 0 : int64_t(v.size()) / cols;

@@ -36,16 +36,21 @@ void repack_row_q4_0(const uint8_t* src, uint8_t* q, int64_t K) {
   }
 }
 
+// q4_K / q5_K (GGUF: weight 64c + l of a super-block is the low nibble of qs[32c + l], weight
+// 64c + 32 + l its high nibble): the super-block's 256 nibbles in weight order from k0.
+void put_k4_nibbles(const uint8_t* qs, uint8_t* q, int64_t k0) {
+  for (int e = 0; e < kQK_K; ++e) {
+    const int c = e / 64, l = e % 64;
+    put_nibble(q, k0 + e, l < 32 ? qs[32 * c + l] & 0xF : qs[32 * c + l - 32] >> 4);
+  }
+}
+
 void repack_row_q4_k(const uint8_t* src, uint8_t* q, int64_t K) {
   const auto* blk = reinterpret_cast<const BlockQ4_K*>(src);
   uint8_t* h = q + K / 2;
   for (int64_t b = 0; b < K / kQK_K; ++b) {
     std::memcpy(h + 16 * b, &blk[b], 16);  // d, dmin, scales[12]: the block's first 16 bytes
-    // GGUF: weight 64c + l is the low nibble of qs[32c + l], weight 64c + 32 + l its high nibble.
-    for (int e = 0; e < kQK_K; ++e) {
-      const int c = e / 64, l = e % 64;
-      put_nibble(q, kQK_K * b + e, l < 32 ? blk[b].qs[32 * c + l] & 0xF : blk[b].qs[32 * c + l - 32] >> 4);
-    }
+    put_k4_nibbles(blk[b].qs, q, kQK_K * b);
   }
 }
 
@@ -56,13 +61,13 @@ void repack_row_q5_k(const uint8_t* src, uint8_t* q, int64_t K) {
   std::memset(high, 0, size_t(K / 8));
   for (int64_t b = 0; b < K / kQK_K; ++b) {
     std::memcpy(h + 16 * b, &blk[b], 16);  // d, dmin, scales[12]: the block's first 16 bytes
-    // GGUF (dequantize_row_q5_K): weight 64c + l takes the low nibble of qs[32c + l] and bit 2c of
-    // qh[l]; weight 64c + 32 + l the high nibble of qs[32c + l] and bit 2c + 1 of qh[l].
+    put_k4_nibbles(blk[b].qs, q, kQK_K * b);
+    // GGUF (dequantize_row_q5_K): the fifth bit of weight 64c + l is bit 2c of qh[l % 32] for
+    // l < 32, bit 2c + 1 for l >= 32.
     for (int e = 0; e < kQK_K; ++e) {
-      const int c = e / 64, l = e % 64, hi = l / 32, i = l % 32;
+      const int c = e / 64, hi = (e % 64) / 32;
       const int64_t k = kQK_K * b + e;
-      put_nibble(q, k, hi == 0 ? blk[b].qs[32 * c + i] & 0xF : blk[b].qs[32 * c + i] >> 4);
-      high[k / 8] = uint8_t(high[k / 8] | ((blk[b].qh[i] >> (2 * c + hi)) & 1) << (k % 8));
+      high[k / 8] = uint8_t(high[k / 8] | ((blk[b].qh[e % 32] >> (2 * c + hi)) & 1) << (k % 8));
     }
   }
 }
@@ -92,6 +97,14 @@ float f16_at(const uint8_t* p) {
   return f16_to_f32(v);
 }
 int nibble_at(const uint8_t* q, int64_t k) { return (q[k / 2] >> (4 * (k % 2))) & 0xF; }
+// Weight k of a q4_K / q5_K super-block with header h (d, dmin, scales) and code q:
+// d·sc[j] · q - dmin·m[j], as dequantize_row_q4_K / q5_K compute it.
+float k4_weight(const uint8_t* h, int64_t k, int q) {
+  uint8_t sc[8], m[8];
+  unpack_scales_k4(h + 4, sc, m);
+  const int j = int((k % kQK_K) / 32);
+  return f16_at(h) * float(sc[j]) * float(q) - f16_at(h + 2) * float(m[j]);
+}
 
 }  // namespace
 
@@ -116,20 +129,10 @@ float device_weight(DType t, const uint8_t* row, int64_t K, int64_t k) {
   switch (t) {
     case DType::kQ8_0: return float(int8_t(row[k])) * f16_at(row + K + 2 * (k / 32));
     case DType::kQ4_0: return float(nibble_at(row, k) - 8) * f16_at(row + K / 2 + 2 * (k / 32));
-    case DType::kQ4_K: {
-      const uint8_t* h = row + K / 2 + 16 * (k / kQK_K);
-      uint8_t sc[8], m[8];
-      unpack_scales_k4(h + 4, sc, m);
-      const int j = int((k % kQK_K) / 32);
-      return f16_at(h) * float(sc[j]) * float(nibble_at(row, k)) - f16_at(h + 2) * float(m[j]);
-    }
-    case DType::kQ5_K: {
-      const uint8_t* h = row + K / 2 + K / 8 + 16 * (k / kQK_K);
-      uint8_t sc[8], m[8];
-      unpack_scales_k4(h + 4, sc, m);
-      const int j = int((k % kQK_K) / 32), q = nibble_at(row, k) | ((row[K / 2 + k / 8] >> (k % 8)) & 1) << 4;
-      return f16_at(h) * float(sc[j]) * float(q) - f16_at(h + 2) * float(m[j]);
-    }
+    case DType::kQ4_K: return k4_weight(row + K / 2 + 16 * (k / kQK_K), k, nibble_at(row, k));
+    case DType::kQ5_K:
+      return k4_weight(row + K / 2 + K / 8 + 16 * (k / kQK_K), k,
+                       nibble_at(row, k) | ((row[K / 2 + k / 8] >> (k % 8)) & 1) << 4);
     case DType::kQ6_K: {
       const int high = (row[K / 2 + k / 4] >> (2 * (k % 4))) & 3;
       const uint8_t* h = row + K / 2 + K / 4 + 18 * (k / kQK_K);
