@@ -12,10 +12,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "core/dtype.h"
 #include "kernels/cpu/attention_quant.h"
 #include "kernels/cpu/kv_quant.h"
+#include "kernels/cpu/spread_prefetch.h"
 
 namespace weft {
 
@@ -70,7 +72,7 @@ __m256 scores_tile(const uint8_t* row, const AttnQTile* tile, int64_t nb) {
       const __m256i ku = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low4), _mm_and_si128(raw, low4));
       for (int h = 0; h < 8; ++h)
         p[h] = _mm256_madd_epi16(_mm256_maddubs_epi16(ku, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.qs[h]))), ones);
-      dk = f16_to_f32(k.d);
+      dk = _cvtsh_ss(k.d);
     } else {
       const BlockQ8_0& k = reinterpret_cast<const BlockQ8_0*>(row)[b];
       const __m256i kq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k.qs));
@@ -79,7 +81,7 @@ __m256 scores_tile(const uint8_t* row, const AttnQTile* tile, int64_t nb) {
         const __m256i qs = _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.qs[h])), kq);
         p[h] = _mm256_madd_epi16(_mm256_maddubs_epi16(ka, qs), ones);
       }
-      dk = f16_to_f32(k.d);
+      dk = _cvtsh_ss(k.d);
     }
     __m256i dot = sum_per_head(p);
     if constexpr (kQ4) dot = _mm256_add_epi32(dot, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.bias8)));
@@ -140,7 +142,7 @@ void load_row_avx2(DType type, const uint8_t* row, float* dst, int64_t n) {
   } else if (type == DType::kQ8_0) {
     const auto* x = reinterpret_cast<const BlockQ8_0*>(row);
     for (int64_t b = 0; b < n / 32; ++b) {
-      const __m256 d = _mm256_set1_ps(f16_to_f32(x[b].d));
+      const __m256 d = _mm256_set1_ps(_cvtsh_ss(x[b].d));
       for (int j = 0; j < 32; j += 8) {
         const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(x[b].qs + j));
         _mm256_storeu_ps(dst + b * 32 + j, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
@@ -150,7 +152,7 @@ void load_row_avx2(DType type, const uint8_t* row, float* dst, int64_t n) {
     const auto* x = reinterpret_cast<const BlockQ4_0*>(row);
     const __m128i low4 = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
     for (int64_t b = 0; b < n / 32; ++b) {
-      const __m256 d = _mm256_set1_ps(f16_to_f32(x[b].d));
+      const __m256 d = _mm256_set1_ps(_cvtsh_ss(x[b].d));
       const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs));
       const __m128i lo = _mm_sub_epi8(_mm_and_si128(raw, low4), eight);                     // elements 0..15
       const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), low4), eight);  // 16..31
@@ -211,7 +213,91 @@ void accumulate_v_avx2(const float* v, int64_t n, const float* p, int64_t p_stri
   }
 }
 
-const AttnQuantOps kAvx2Ops = {scores_avx2, exp_sum_avx2, load_row_avx2, dot_avx2, accumulate_v_avx2, nullptr};
+// V rows straight from the cache (q8_0 or q4_0), decoded in registers: per tile of 32 rows
+// (their addresses computed once; the tile's 8.5 KiB stay in L1), per 32-dim block and 8-dim
+// quarter of it, each row's 8 codes widened and times its scale (load_row's f32(q) * d, the same
+// rounding), then NH <= 8 heads' fmas into NH accumulators held in registers across the tile.
+// Each acc element still sees the rows in order, so the bits are accumulate_v's; what it saves
+// is writing the decoded tile and reading it back per 4 heads (twice at GQA 8), and the V loads
+// of the second pass. The next tile's rows are prefetched a line per row step (spread_prefetch.h).
+template <bool kQ4>
+inline __m256 v_codes8(const uint8_t* blk, int c) {
+  if constexpr (kQ4) {
+    const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(reinterpret_cast<const BlockQ4_0*>(blk)->qs + 8 * (c & 1)));
+    const __m128i nib = _mm_and_si128(c >= 2 ? _mm_srli_epi16(raw, 4) : raw, _mm_set1_epi8(0x0f));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_sub_epi8(nib, _mm_set1_epi8(8))));
+  } else {
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(reinterpret_cast<const BlockQ8_0*>(blk)->qs + 8 * c));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+  }
+}
+
+template <bool kQ4, int NH>
+void accumulate_v_rows_tile(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const float* p, int64_t p_stride,
+                            float* acc) {
+  using Block = std::conditional_t<kQ4, BlockQ4_0, BlockQ8_0>;
+  constexpr int64_t kTile = 32;
+  const int64_t hd = kv.head_dim;
+  const Block* rows[kTile];
+  const Block* next[kTile];
+  alignas(32) float dv[kTile];
+  for (int64_t j = 0; j < std::min(kTile, n); ++j) next[j] = reinterpret_cast<const Block*>(kv.v_row(g, k0 + j));
+  for (int64_t j0 = 0; j0 < n; j0 += kTile) {
+    const int64_t nt = std::min(kTile, n - j0), nn = std::min(kTile, n - j0 - nt);
+    std::copy(next, next + nt, rows);
+    for (int64_t j = 0; j < nn; ++j) next[j] = reinterpret_cast<const Block*>(kv.v_row(g, k0 + j0 + nt + j));
+    SpreadPrefetch<Block> pf(next, nn, int64_t(kv.v_row_bytes));
+    for (int64_t b = 0; b < hd / 32; ++b) {
+      for (int64_t j = 0; j < nt; ++j) dv[j] = _cvtsh_ss(rows[j][b].d);
+      for (int c = 0; c < 4; ++c) {
+        float* ab = acc + 32 * b + 8 * c;
+        __m256 a[NH];
+#pragma GCC unroll 8
+        for (int i = 0; i < NH; ++i) a[i] = _mm256_loadu_ps(ab + i * hd);
+        for (int64_t j = 0; j < nt; ++j) {
+          if (c == 0) pf.step(1);
+          const __m256 v = _mm256_mul_ps(v_codes8<kQ4>(reinterpret_cast<const uint8_t*>(rows[j] + b), c),
+                                         _mm256_broadcast_ss(dv + j));
+          const float* pj = p + j0 + j;
+#pragma GCC unroll 8
+          for (int i = 0; i < NH; ++i) a[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(pj + i * p_stride), v, a[i]);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < NH; ++i) _mm256_storeu_ps(ab + i * hd, a[i]);
+      }
+    }
+  }
+}
+
+template <bool kQ4>
+void accumulate_v_rows_typed(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const float* p, int64_t p_stride,
+                             int64_t group, float* acc) {
+  const int64_t hd = kv.head_dim;
+  for (int64_t h = 0; h < group; h += 8) {
+    const float* ph = p + h * p_stride;
+    float* ah = acc + h * hd;
+    switch (std::min<int64_t>(8, group - h)) {
+      case 1: accumulate_v_rows_tile<kQ4, 1>(kv, g, k0, n, ph, p_stride, ah); break;
+      case 2: accumulate_v_rows_tile<kQ4, 2>(kv, g, k0, n, ph, p_stride, ah); break;
+      case 3: accumulate_v_rows_tile<kQ4, 3>(kv, g, k0, n, ph, p_stride, ah); break;
+      case 4: accumulate_v_rows_tile<kQ4, 4>(kv, g, k0, n, ph, p_stride, ah); break;
+      case 5: accumulate_v_rows_tile<kQ4, 5>(kv, g, k0, n, ph, p_stride, ah); break;
+      case 6: accumulate_v_rows_tile<kQ4, 6>(kv, g, k0, n, ph, p_stride, ah); break;
+      case 7: accumulate_v_rows_tile<kQ4, 7>(kv, g, k0, n, ph, p_stride, ah); break;
+      default: accumulate_v_rows_tile<kQ4, 8>(kv, g, k0, n, ph, p_stride, ah); break;
+    }
+  }
+}
+
+bool accumulate_v_rows_avx2(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const float* p, int64_t p_stride,
+                            int64_t group, float* acc) {
+  if (kv.v_type == DType::kQ8_0) accumulate_v_rows_typed<false>(kv, g, k0, n, p, p_stride, group, acc);
+  else if (kv.v_type == DType::kQ4_0) accumulate_v_rows_typed<true>(kv, g, k0, n, p, p_stride, group, acc);
+  else return false;
+  return true;
+}
+
+const AttnQuantOps kAvx2Ops = {scores_avx2, exp_sum_avx2, load_row_avx2, dot_avx2, accumulate_v_avx2, accumulate_v_rows_avx2};
 
 }  // namespace
 
