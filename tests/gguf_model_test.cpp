@@ -8,6 +8,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -136,6 +138,26 @@ void check_quantized(const std::vector<int32_t>& ids, const char* what) {
 }
 
 TEST(GgufModel, QuantizedShippedModelStaysClose) { check_quantized(test_ids(8192, 48), "random ids"); }
+
+// The quantizer splits each matrix into tasks of a fixed number of rows, so the file's bytes do
+// not depend on how many threads run them (`--threads` of convert / quantize / synth).
+TEST(GgufModel, QuantizedBytesDoNotDependOnThreads) {
+  const std::string tmp = test::temp_dir("gguf_threads");
+  ASSERT_TRUE(convert_hf_to_gguf(model_dir_of("weft-tiny-hybrid"), tmp + "/bf16.gguf", WeightScheme::kKeep).ok());
+  auto bytes = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::vector<char>(std::istreambuf_iterator<char>(f), {});
+  };
+  std::vector<char> one;
+  for (int threads : {1, 3, 0}) {
+    const std::string q = tmp + "/q" + std::to_string(threads) + ".gguf";
+    ASSERT_TRUE(quantize_gguf(tmp + "/bf16.gguf", q, WeightScheme::kQ4_K_M, {}, threads).ok());
+    const std::vector<char> b = bytes(q);
+    ASSERT_GT(b.size(), 1u << 20);
+    if (threads == 1) one = b;
+    else EXPECT_TRUE(b == one) << threads << " threads wrote other bytes than 1";
+  }
+}
 
 // The figure on held-out text (../shared/data/corpora/heldout/wikitext2-test.txt, first 1024
 // tokens); skipped where the corpus is absent.

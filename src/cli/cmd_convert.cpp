@@ -22,10 +22,15 @@ int run_convert(int argc, char** argv) {
   app.add_option("-o,--out", out, "output .gguf file")->required();
   app.add_option("--type", type, "weight type: keep (the checkpoint's), f32, f16, bf16, q8_0, q4_0, q6_k, q4_k_m, q5_k_m")
       ->capture_default_str();
+  int threads = 0;
+  app.add_option("--threads", threads, "quantizer threads (0 = all cores; the file is the same for any count)")
+      ->check(CLI::NonNegativeNumber);
+  bool quiet = false;
+  app.add_flag("-q,--quiet", quiet, "no progress lines on stderr");
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
   auto scheme = parse_weight_scheme(type);
   if (!scheme.ok()) return fail(scheme.status());
-  if (Status s = convert_hf_to_gguf(dir, out, scheme.value(), convert_progress("convert")); !s.ok()) return fail(s);
+  if (Status s = convert_hf_to_gguf(dir, out, scheme.value(), quiet ? ConvertProgress{} : convert_progress("convert"), threads); !s.ok()) return fail(s);
   auto f = GgufFile::open(out);
   if (!f.ok()) return fail(f.status());
   std::printf("wrote %s: %zu tensors, %s weights\n", out.c_str(), f->tensors().size(), weight_scheme_name(scheme.value()));

@@ -19,10 +19,15 @@ int run_quantize(int argc, char** argv) {
   app.add_option("in", in, "input .gguf")->required();
   app.add_option("out", out, "output .gguf")->required();
   app.add_option("--type", type, "f32, f16, bf16, q8_0, q4_0, q6_k, q4_k_m, q5_k_m")->required();
+  int threads = 0;
+  app.add_option("--threads", threads, "quantizer threads (0 = all cores; the file is the same for any count)")
+      ->check(CLI::NonNegativeNumber);
+  bool quiet = false;
+  app.add_flag("-q,--quiet", quiet, "no progress lines on stderr");
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
   auto scheme = parse_weight_scheme(type);
   if (!scheme.ok()) return fail(scheme.status());
-  if (Status s = quantize_gguf(in, out, scheme.value(), convert_progress("quantize")); !s.ok()) return fail(s);
+  if (Status s = quantize_gguf(in, out, scheme.value(), quiet ? ConvertProgress{} : convert_progress("quantize"), threads); !s.ok()) return fail(s);
   std::printf("wrote %s (%s)\n", out.c_str(), weight_scheme_name(scheme.value()));
   return 0;
 }

@@ -41,7 +41,7 @@ int run_synth(int argc, char** argv) {
   app.add_option("--dtype", dtype_name, "weight dtype")
       ->check(CLI::IsMember({"bf16", "f16", "f32"}))
       ->capture_default_str();
-  app.add_option("--threads", threads, "generator threads (0 = all cores; output is identical)")
+  app.add_option("--threads", threads, "generator and quantizer threads (0 = all cores; output is identical)")
       ->check(CLI::NonNegativeNumber);
   std::string format = "hf", weight_type = "keep";
   app.add_option("--format", format, "hf (a model directory) or gguf (one .gguf file at --out)")
@@ -82,7 +82,7 @@ int run_synth(int argc, char** argv) {
     SynthWriteOptions opt;
     opt.threads = threads;
     Status st = synth_write(*spec, tmp, opt);
-    if (st.ok()) st = convert_hf_to_gguf(tmp, out_dir, scheme.value(), convert_progress("synth"));
+    if (st.ok()) st = convert_hf_to_gguf(tmp, out_dir, scheme.value(), quiet ? ConvertProgress{} : convert_progress("synth"), threads);
     std::filesystem::remove_all(tmp, ec2);
     if (!st.ok()) {
       std::fprintf(stderr, "weft synth: %s\n", st.message().c_str());

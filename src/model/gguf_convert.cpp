@@ -79,7 +79,7 @@ struct OutTensor {
 // and writes its blocks), so a large tensor's rows are spread over the machine's cores in tasks of
 // a fixed number of rows: the same bytes for any core count. (On one core, `synth --format gguf
 // --type q5_k_m` of 40 layers x 16 experts did not finish in 230 s; docs/results.md §10.)
-OutTensor encode(std::string name, GgmlType type, std::vector<int64_t> ne, const std::vector<float>& v) {
+OutTensor encode(std::string name, GgmlType type, std::vector<int64_t> ne, const std::vector<float>& v, int threads) {
   OutTensor o{std::move(name), type, std::move(ne), {}};
   const int64_t cols = o.ne[0], rows = cols == 0 ? 0 : int64_t(v.size()) / cols;
   const size_t rb = ggml_row_bytes(type, cols);
@@ -91,7 +91,7 @@ OutTensor encode(std::string name, GgmlType type, std::vector<int64_t> ne, const
     for (int64_t r = task * rows_per_task; r < r1; ++r)
       quantize_row(type, v.data() + r * cols, o.data.data() + size_t(r) * rb, cols);
   };
-  const int64_t cores = int64_t(std::thread::hardware_concurrency());
+  const int64_t cores = threads > 0 ? threads : int64_t(std::thread::hardware_concurrency());
   if (tasks < 2 || cores < 2) {
     for (int64_t t = 0; t < tasks; ++t) run(t);
   } else {
@@ -324,7 +324,7 @@ GgmlType weight_type_for(WeightScheme scheme, const TensorRole& role, GgmlType s
 }
 
 Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path, WeightScheme scheme,
-                          const ConvertProgress& progress) {
+                          const ConvertProgress& progress, int threads) {
   auto files_r = ModelFiles::open(hf_dir);
   if (!files_r.ok()) return files_r.status();
   const ModelFiles& files = *files_r.value();
@@ -365,13 +365,13 @@ Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path
     role.gguf_name = gname;
     const GgmlType t = weight_type_for(scheme, role, ggml_of(source), ne[0]);
     if (attn_v_like(gname)) ++role.i_attn_v;
-    out.push_back(encode(gname, t, std::move(ne), v));
+    out.push_back(encode(gname, t, std::move(ne), v, threads));
     if (progress) progress(gname, int64_t(out.size()), 0);
   };
   auto vec = [&](const std::string& gname, std::vector<int64_t> ne, std::vector<float> v, bool plus_one) {
     if (plus_one)
       for (float& x : v) x = 1.0f + x;
-    out.push_back(encode(gname, GgmlType::kF32, std::move(ne), v));
+    out.push_back(encode(gname, GgmlType::kF32, std::move(ne), v, threads));
     if (progress) progress(gname, int64_t(out.size()), 0);
   };
   // Plain copies of a 2-D HF matrix, rows optionally gathered.
@@ -536,7 +536,7 @@ Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path
 }
 
 Status quantize_gguf(const std::string& in_path, const std::string& out_path, WeightScheme scheme,
-                     const ConvertProgress& progress) {
+                     const ConvertProgress& progress, int threads) {
   auto f_r = GgufFile::open(in_path);
   if (!f_r.ok()) return f_r.status();
   const GgufFile& f = f_r.value();
@@ -575,7 +575,7 @@ Status quantize_gguf(const std::string& in_path, const std::string& out_path, We
     }
     std::vector<float> v(size_t(t.numel()));
     for (int64_t r = 0; r < t.rows(); ++r) dequantize_row(t.type, t.data + size_t(r) * t.row_bytes(), v.data() + r * t.cols(), t.cols());
-    out.push_back(encode(t.name, type, t.ne, v));  // reserved: earlier data pointers stay valid
+    out.push_back(encode(t.name, type, t.ne, v, threads));  // reserved: earlier data pointers stay valid
     w.push_back({t.name, type, t.ne, out.back().data.data()});
     if (progress) progress(t.name, int64_t(w.size()), int64_t(f.tensors().size()));
   }

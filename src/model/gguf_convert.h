@@ -39,12 +39,13 @@ GgmlType weight_type_for(WeightScheme scheme, const TensorRole& role, GgmlType s
 // are in all (0 while unknown: a conversion learns it as it goes). For progress lines on long runs.
 using ConvertProgress = std::function<void(const std::string& tensor, int64_t done, int64_t total)>;
 
-// Converts the HF model directory `hf_dir` into `out_path` (atomic write).
+// Converts the HF model directory `hf_dir` into `out_path` (atomic write). `threads`: how many
+// cores quantize the rows (0 = all); the file's bytes do not depend on it.
 Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path, WeightScheme scheme,
-                          const ConvertProgress& progress = {});
+                          const ConvertProgress& progress = {}, int threads = 0);
 // Rewrites a GGUF model with the weight matrices in `scheme`'s types (from their dequantized
-// values); metadata and small tensors are copied unchanged.
+// values); metadata and small tensors are copied unchanged. `threads` as for convert_hf_to_gguf.
 Status quantize_gguf(const std::string& in_path, const std::string& out_path, WeightScheme scheme,
-                     const ConvertProgress& progress = {});
+                     const ConvertProgress& progress = {}, int threads = 0);
 
 }  // namespace weft
