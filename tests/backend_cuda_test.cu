@@ -649,8 +649,9 @@ TEST(CudaMatvec, BlockQuantProductsMatchTheDequantizedProduct) {
   const int64_t T = 5;
   const std::vector<std::pair<int64_t, int64_t>> block32_shapes{
       {2048, 4096}, {37, 4096}, {1089, 2048}, {5000, 512}, {9, 8224}, {3, 32}, {70, 2080}, {8, 8192}};
-  // Super-blocks of 256: q6_K rows are 16-byte multiples only at K % 2048 == 0 (the rest take the
-  // tile kernel's element-wise path).
+  // Super-blocks of 256: q6_K rows of an odd number of super-blocks (K = 256, 2304) are not
+  // 4-byte multiples and take the tile kernel's element-wise path; K = 512 (420-byte rows, an
+  // expert down projection's) takes the vector paths.
   const std::vector<std::pair<int64_t, int64_t>> block256_shapes{
       {2048, 4096}, {37, 2048}, {1089, 2048}, {5000, 512}, {9, 8192}, {3, 256}, {70, 2304}};
   for (const DType type : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
@@ -684,7 +685,7 @@ TEST(CudaMatvec, BlockQuantProductsMatchTheDequantizedProduct) {
         ASSERT_LE(std::fabs(batch[size_t(t * N + n)] - ref), 1e-5 * mag + 1e-30) << what << ", row " << n << ", token " << t;
       }
     }
-    if (!cuda::matmul_vec_ok(dw, row_bytes, K, static_cast<float*>(dx), K)) {
+    if (!cuda::matmul_vec_ok(type, dw, row_bytes, K, static_cast<float*>(dx), K)) {
       cudaFree(dw), cudaFree(dx), cudaFree(dy), cudaFree(dy1);
       continue;
     }

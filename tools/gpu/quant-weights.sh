@@ -8,7 +8,7 @@
 #   LAYERS=40 EXPERTS=64 bash tools/gpu/quant-weights.sh
 #
 # Environment: BUILD (build-gpu), OUT (gpu-out), WEFT_DEPS_DIR (./.devdeps: tools/gpu/make-deps.sh),
-# TYPE (q8_0), LAYERS (40), EXPERTS (256), CTX (4096), REPEATS (6), GEN (256), ROUNDS (2), TEST_S (150),
+# TYPE (q8_0), AB_ENV (unset), LAYERS (40), EXPERTS (256), CTX (4096), REPEATS (6), GEN (256), ROUNDS (2), TEST_S (150),
 # SYNTH_S (240), BENCH_S (per run, 150), MODEL_DIR (/tmp).
 set -u
 cd "$(dirname "$0")/../.."
@@ -41,6 +41,14 @@ stamp "synth rc=$? $(du -h "$model" 2>/dev/null | cut -f1)"
 "$BUILD/weft" info -m "$model" > "$OUT/info.log" 2>&1
 
 for ((r = 1; r <= ${ROUNDS:-2}; r++)); do
+  # AB_ENV (e.g. WEFT_CUDA_VEC_ALIGN16=1): the quantized file also decoded under that environment,
+  # right before its default run in every round (a before/after of one binary, alternated).
+  if [[ -n ${AB_ENV:-} ]]; then
+    timeout "${BENCH_S:-150}" env $AB_ENV "$BUILD/weft" bench --device cuda -m "$model" --ctx "${CTX:-4096}" --arms f16,q8_0 \
+      --repeats "${REPEATS:-6}" --gen "${GEN:-256}" -q > "$OUT/bench_ab_${r}.log" 2>&1
+    stamp "$TYPE weights with $AB_ENV, run $r (rc $?)"
+    grep -E '^\| [0-9]+ \| (f16|q8_0) \|' "$OUT/bench_ab_${r}.log" | head -4
+  fi
   timeout "${BENCH_S:-150}" "$BUILD/weft" bench --device cuda -m "$model" --ctx "${CTX:-4096}" --arms f16,q8_0 \
     --repeats "${REPEATS:-6}" --gen "${GEN:-256}" -q > "$OUT/bench_q8_${r}.log" 2>&1
   stamp "$TYPE weights, run $r (rc $?)"

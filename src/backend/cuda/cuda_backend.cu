@@ -405,21 +405,21 @@ class CudaBackend final : public Backend {
     // A deferred one-token product right after another of the same input row joins its launch
     // (q/k/v, the GDN input projections, gate/up): same per-element order, fewer launches.
     // (Never when y is x: one launch would read x while writing it.)
-    const bool one_token = T == 1 && recorder_->deferring() && y != x && cuda::matmul_vec_ok(wd, rb, K, x, K);
+    const bool one_token = T == 1 && recorder_->deferring() && y != x && cuda::matmul_vec_ok(dt, wd, rb, K, x, K);
     // The shared expert's down projection after routed down + combine + its swiglu: joins them.
     if (DownRun* d = open_down(); one_token && d && d->sw_held && !d->s_w && d->sw_out == x && d->sw_n == K &&
                                   N == d->job.N && dt == d->type && y != d->sw_gate && y != d->sw_up &&
                                   y != d->y && y != d->job.x && y != d->job.up &&
-                                  cuda::matmul_vec_ok(wd, rb, K, d->sw_gate, K) &&
-                                  cuda::matmul_vec_ok(wd, rb, K, d->sw_up, K) &&
+                                  cuda::matmul_vec_ok(dt, wd, rb, K, d->sw_gate, K) &&
+                                  cuda::matmul_vec_ok(dt, wd, rb, K, d->sw_up, K) &&
                                   cuda::down_combine_fits(d->k, true, d->job.K, K)) {
       d->s_w = wd, d->s_row_bytes = rb, d->s_K = K, d->s_y = y;
       return;
     }
     // swiglu(g, u) -> this product: the product reads g and u and applies swiglu while loading.
     if (SwigluRun* sw = open_swiglu(); one_token && sw && sw->out == x && sw->n == K && y != sw->up &&
-                                       y != sw->gate && cuda::matmul_vec_ok(wd, rb, K, sw->gate, K) &&
-                                       cuda::matmul_vec_ok(wd, rb, K, sw->up, K)) {
+                                       y != sw->gate && cuda::matmul_vec_ok(dt, wd, rb, K, sw->gate, K) &&
+                                       cuda::matmul_vec_ok(dt, wd, rb, K, sw->up, K)) {
       sw->folded = true;
       auto run = std::make_shared<MatvecRun>();
       run->x = sw->gate, run->up = sw->up, run->K = K, run->type = dt;
@@ -432,7 +432,7 @@ class CudaBackend final : public Backend {
     // x·σ(gate) -> this product (the attention output gate, then the o projection): the product
     // stages x·σ(gate) in each block instead; x itself is left ungated (forward() reads it nowhere else).
     if (GateRun* g = open_gate(); one_token && g && g->x == x && g->n == K && y != g->gate &&
-                                  cuda::matvec_gate_fits(K) && cuda::matmul_vec_ok(wd, rb, K, g->gate, K)) {
+                                  cuda::matvec_gate_fits(K) && cuda::matmul_vec_ok(dt, wd, rb, K, g->gate, K)) {
       g->folded = true;
       auto run = std::make_shared<MatvecRun>();
       run->x = x, run->gate = g->gate, run->K = K, run->type = dt;
@@ -817,7 +817,7 @@ class CudaBackend final : public Backend {
       ptrs[size_t(e)] = w(m.data);
       t.any = true;
       t.N = m.rows, t.K = m.cols, t.row_bytes = m.row_bytes();
-      t.aligned = t.aligned && cuda::matmul_vec_ok(ptrs[size_t(e)], t.row_bytes, t.K, nullptr, 4);
+      t.aligned = t.aligned && cuda::matmul_vec_ok(type, ptrs[size_t(e)], t.row_bytes, t.K, nullptr, 4);
     }
     t.ptrs.reserve(size_t(E) * sizeof(void*));
     WEFT_CUDA_CHECK(cudaMemcpy(t.ptrs.ptr, ptrs.data(), size_t(E) * sizeof(void*), cudaMemcpyHostToDevice));

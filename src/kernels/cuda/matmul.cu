@@ -17,7 +17,7 @@ constexpr int kTokensPerPass = 8;
 constexpr int kWarpsPerBlock = 4;
 
 // 8 consecutive weights starting at k (16-byte aligned for 2-byte types, 32 for f32; the block
-// types' device rows are read with 8-, 4- and 2-byte loads: weight_layout.cuh).
+// types' device rows are read with the loads vec_row_align names: weight_layout.cuh).
 template <DType D>
 __device__ __forceinline__ void load_w8(const uint8_t* row, int64_t k, int64_t K, float* out) {
   if constexpr (D == DType::kQ8_0) {
@@ -797,7 +797,7 @@ template <DType D>
 void launch(const void* w, size_t row_bytes, int64_t N, int64_t K, const float* x, int64_t ldx, int64_t T, float* y,
             int64_t ldy, cudaStream_t stream) {
   const dim3 grid(blocks_for(N, kWarpsPerBlock * kRowsPerWarp), unsigned((T + kTokensPerPass - 1) / kTokensPerPass));
-  const bool vec = matmul_vec_ok(w, row_bytes, K, x, ldx);
+  const bool vec = matmul_vec_ok(D, w, row_bytes, K, x, ldx);
   const uint8_t* wb = static_cast<const uint8_t*>(w);
   if (vec && T == 1) launch_pdl(matvec_kernel<D>, blocks_for(N, kMatvecWarps), kMatvecWarps * 32, 0, stream, wb, row_bytes, N, K, x, y);
   else if (vec) launch_pdl(matmul_kernel<D, true>, grid, kWarpsPerBlock * 32, 0, stream, wb, row_bytes, N, K, x, ldx, T, y, ldy);
@@ -807,8 +807,24 @@ void launch(const void* w, size_t row_bytes, int64_t N, int64_t K, const float* 
 
 }  // namespace
 
-bool matmul_vec_ok(const void* w, size_t row_bytes, int64_t K, const float* x, int64_t ldx) {
-  return K % 8 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0 && row_bytes % 16 == 0 &&
+size_t vec_row_align(DType d) {
+  // WEFT_CUDA_VEC_ALIGN16=1: the earlier rule, 16 bytes for every type (A/B runs of one binary).
+  static const bool align16 = [] {
+    const char* v = std::getenv("WEFT_CUDA_VEC_ALIGN16");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  if (align16) return 16;
+  switch (d) {
+    case DType::kQ4_0:
+    case DType::kQ6_K: return 4;
+    case DType::kQ8_0: return 8;
+    default: return 16;
+  }
+}
+
+bool matmul_vec_ok(DType d, const void* w, size_t row_bytes, int64_t K, const float* x, int64_t ldx) {
+  const size_t a = vec_row_align(d);
+  return K % 8 == 0 && reinterpret_cast<uintptr_t>(w) % a == 0 && row_bytes % a == 0 &&
          reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
 }
 

@@ -23,8 +23,15 @@
 
 namespace weft::cuda {
 
-// True when the 16-byte load path applies (it gives the same bits as the scalar path).
-bool matmul_vec_ok(const void* w, size_t row_bytes, int64_t K, const float* x, int64_t ldx);
+// The alignment of row starts that weight type d's vector loads need: 16 bytes for f32, f16 and
+// bf16 (16-byte loads) and for q4_K and q5_K (their 16-byte super-block headers); 8 for q8_0
+// (8-byte quant loads); 4 for q4_0 and q6_K (4-, 2- and 1-byte loads). Why it is per type: a q6_K
+// row of K = 512 (an expert's down projection in a Q4_K_M file) is 420 bytes, 4- but not 16-byte
+// aligned, and a 16-byte rule sent every such product to the element-wise path.
+size_t vec_row_align(DType d);
+// True when the vector load path applies to weights w (rows row_bytes apart, type d) and
+// activations x (rows ldx floats apart, 16-byte loads); it gives the same bits as the scalar path.
+bool matmul_vec_ok(DType d, const void* w, size_t row_bytes, int64_t K, const float* x, int64_t ldx);
 // One projection of the routed experts, grouped by the device-side routing (moe_route.cuh): the
 // sorted rows [begin[e], begin[e+1]) of x (ldx floats apart) times w[e] into the same rows of y.
 struct ExpertMatmulJob {
