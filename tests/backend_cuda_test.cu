@@ -607,6 +607,69 @@ TEST(CudaWeightLayout, RepackedRowsHoldTheBlocksWeights) {
   EXPECT_THROW(cuda::repack_rows(DType::kBF16, dst.data(), dst.data(), 1, 32), std::invalid_argument);
 }
 
+// Every group of 8 weights of a repacked row, formed on the GPU by the products' unpack functions
+// (weight_layout.cuh: whole words, the codes gathered into bytes and turned into floats by a byte
+// permute), in the way the vector loads of the products read them.
+template <DType D>
+__global__ void unpack_groups_kernel(const uint8_t* rows, size_t row_bytes, int64_t n_rows, int64_t K, float* out) {
+  const int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g >= n_rows * (K / 8)) return;
+  const int64_t r = g / (K / 8), k = g % (K / 8) * 8;
+  const uint8_t* row = rows + size_t(r) * row_bytes;
+  float* o = out + r * K + k;
+  const uint32_t nib = *reinterpret_cast<const uint32_t*>(row + k / 2);
+  if constexpr (D == DType::kQ4_0) {
+    cuda::q4_0_unpack8(nib, __half2float(__ushort_as_half(cuda::q4_0_scale_bits(row, K, k))), o);
+  } else if constexpr (D == DType::kQ4_K) {
+    cuda::q4_k_unpack8(nib, *reinterpret_cast<const uint4*>(row + K / 2 + 16 * (k / 256)), int((k % 256) / 32), o);
+  } else if constexpr (D == DType::kQ5_K) {
+    cuda::q5_k_unpack8(nib, row[K / 2 + k / 8], *reinterpret_cast<const uint4*>(cuda::q5_k_header(row, K, k)), int((k % 256) / 32), o);
+  } else {
+    const uint8_t* h = cuda::q6_k_header(row, K, k);
+    cuda::q6_k_unpack8(nib, *reinterpret_cast<const uint16_t*>(row + K / 2 + k / 4), int(int8_t(h[(k % 256) / 16])),
+                 __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(h + 16))), o);
+  }
+}
+
+// ... equal dequantize_row's weights bit for bit (the layout's contract; the element-wise reads of
+// RepackedRowsHoldTheBlocksWeights go through the same functions one weight at a time, so this is
+// what checks the word-wide code gathering: every position of a group, every fifth-bit and
+// high-pair pattern of a random row).
+TEST(CudaWeightLayout, DeviceUnpackEqualsDequantizeRow) {
+  if (Status s = check_device(Device::kCuda); !s.ok()) GTEST_SKIP() << "no GPU here: " << s.message();
+  std::mt19937 rng(31);
+  const int64_t rows = 37, K = 2048;
+  for (const DType t : {DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    const std::vector<uint8_t> gguf = random_rows(t, rows, K, rng);
+    std::vector<uint8_t> dev(gguf.size());
+    cuda::repack_rows(t, gguf.data(), dev.data(), rows, K);
+    const size_t row_bytes = dtype_bytes(t, size_t(K));
+    void *dw = nullptr, *dout = nullptr;
+    ASSERT_EQ(cudaMalloc(&dw, dev.size()), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dout, size_t(rows * K) * 4), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dw, dev.data(), dev.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    const auto* w = static_cast<const uint8_t*>(dw);
+    float* o = static_cast<float*>(dout);
+    const unsigned blocks = unsigned((rows * K / 8 + 255) / 256);
+    switch (t) {
+      case DType::kQ4_0: unpack_groups_kernel<DType::kQ4_0><<<blocks, 256>>>(w, row_bytes, rows, K, o); break;
+      case DType::kQ4_K: unpack_groups_kernel<DType::kQ4_K><<<blocks, 256>>>(w, row_bytes, rows, K, o); break;
+      case DType::kQ5_K: unpack_groups_kernel<DType::kQ5_K><<<blocks, 256>>>(w, row_bytes, rows, K, o); break;
+      default: unpack_groups_kernel<DType::kQ6_K><<<blocks, 256>>>(w, row_bytes, rows, K, o); break;
+    }
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<float> got(static_cast<size_t>(rows * K)), ref(static_cast<size_t>(K));
+    ASSERT_EQ(cudaMemcpy(got.data(), dout, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    cudaFree(dw), cudaFree(dout);
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_row(ggml_of(t), gguf.data() + size_t(r) * row_bytes, ref.data(), K);
+      for (int64_t k = 0; k < K; ++k)
+        ASSERT_EQ(std::memcmp(&got[size_t(r * K + k)], &ref[size_t(k)], 4), 0)
+            << dtype_name(t) << ": row " << r << ", k " << k << ": " << got[size_t(r * K + k)] << " vs " << ref[size_t(k)];
+    }
+  }
+}
+
 // The upload refuses, before touching the GPU (so this runs in CI too), what the kernels cannot
 // read: a block-quantized matrix whose rows are not whole blocks, two quantized views of one
 // range that do not share their rows (repacking one would corrupt the other), and a type the

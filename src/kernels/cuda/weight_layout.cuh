@@ -79,12 +79,24 @@ __device__ __forceinline__ void q8_0_unpack4(uint32_t word, float d, float* out)
 __device__ __forceinline__ uint16_t q4_0_scale_bits(const uint8_t* row, int64_t K, int64_t k) {
   return reinterpret_cast<const uint16_t*>(row + K / 2)[k / 32];
 }
+// Device: byte i of b as the float 2^23 + b_i, exactly: one byte permute puts b_i in the low
+// mantissa byte of 2^23 (no I2F, no per-weight shift and mask). The 4- to 6-bit types below first
+// gather their weights' codes into bytes, even weights (0, 2, 4, 6 of a group) in one word and odd
+// ones in another, a few word-wide operations per 4 weights instead of a shift and masks per
+// weight; every weight is the same exact float as before, so the products keep their bits.
+__device__ __forceinline__ float byte_plus_2p23(uint32_t b, int i) {
+  return __uint_as_float(__byte_perm(b, 0x4B000000u, 0x7440u | unsigned(i)));
+}
 // Device: the 8 weights of nibble word `word` (weight i in bits 4i..4i+3) times the scale d,
 // without I2F: nibble n becomes the low mantissa bits of 2^23, and subtracting 2^23 + 8 leaves
 // n - 8 exactly.
 __device__ __forceinline__ void q4_0_unpack8(uint32_t word, float d, float* out) {
+  const uint32_t even = word & 0x0F0F0F0Fu, odd = (word >> 4) & 0x0F0F0F0Fu;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) out[i] = (__uint_as_float(((word >> (4 * i)) & 0xFu) | 0x4B000000u) - 8388616.0f) * d;
+  for (int i = 0; i < 4; ++i) {
+    out[2 * i] = (byte_plus_2p23(even, i) - 8388616.0f) * d;
+    out[2 * i + 1] = (byte_plus_2p23(odd, i) - 8388616.0f) * d;
+  }
 }
 // Device: sub-block j's 6-bit scale and min from a q4_K super-block's 12 scale bytes, held in the
 // words s0 (bytes 0-3), s1 (4-7), s2 (8-11) (unpack_scales_k4's arithmetic).
@@ -102,9 +114,12 @@ __device__ __forceinline__ void q4_k_unpack8(uint32_t word, uint4 h, int j, floa
   q4_k_scale_min(h.y, h.z, h.w, j, &sc, &m);
   const float d1 = __half2float(__ushort_as_half(uint16_t(h.x & 0xFFFF))) * float(sc);
   const float m1 = __half2float(__ushort_as_half(uint16_t(h.x >> 16))) * float(m);
+  const uint32_t even = word & 0x0F0F0F0Fu, odd = (word >> 4) & 0x0F0F0F0Fu;
 #pragma unroll
-  for (int i = 0; i < 8; ++i)
-    out[i] = fmaf(d1, __uint_as_float(((word >> (4 * i)) & 0xFu) | 0x4B000000u) - 8388608.0f, -m1);
+  for (int i = 0; i < 4; ++i) {
+    out[2 * i] = fmaf(d1, byte_plus_2p23(even, i) - 8388608.0f, -m1);
+    out[2 * i + 1] = fmaf(d1, byte_plus_2p23(odd, i) - 8388608.0f, -m1);
+  }
 }
 // Device: the 8 weights of a q5_K group: nibble word `word`, fifth bits `high` (bit i: weight i),
 // in sub-block j of the super-block whose header is h (as q4_k_unpack8's).
@@ -113,10 +128,15 @@ __device__ __forceinline__ void q5_k_unpack8(uint32_t word, uint32_t high, uint4
   q4_k_scale_min(h.y, h.z, h.w, j, &sc, &m);
   const float d1 = __half2float(__ushort_as_half(uint16_t(h.x & 0xFFFF))) * float(sc);
   const float m1 = __half2float(__ushort_as_half(uint16_t(h.x >> 16))) * float(m);
+  // The fifth bits of weights 0, 2, 4, 6 (bits 0, 2, 4, 6 of high) to bit 4 of bytes 0-3: the
+  // multiply shifts bit 2k by 6k to 8k (the other products land on bits 2k + 6m, k != m, which
+  // never reach a bit 8j; where two meet, the carry goes to an odd bit the mask drops).
+  const uint32_t even = (word & 0x0F0F0F0Fu) | (((high & 0x55u) * 0x41041u) & 0x01010101u) << 4;
+  const uint32_t odd = ((word >> 4) & 0x0F0F0F0Fu) | ((((high >> 1) & 0x55u) * 0x41041u) & 0x01010101u) << 4;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const uint32_t q = ((word >> (4 * i)) & 0xFu) | ((high >> i) & 1u) << 4;
-    out[i] = fmaf(d1, __uint_as_float(q | 0x4B000000u) - 8388608.0f, -m1);
+  for (int i = 0; i < 4; ++i) {
+    out[2 * i] = fmaf(d1, byte_plus_2p23(even, i) - 8388608.0f, -m1);
+    out[2 * i + 1] = fmaf(d1, byte_plus_2p23(odd, i) - 8388608.0f, -m1);
   }
 }
 // Device: the 16-byte header (d, dmin, scales) of weight k's super-block in a q5_K row.
@@ -127,10 +147,18 @@ __device__ __forceinline__ const uint8_t* q5_k_header(const uint8_t* row, int64_
 // sub-block's scale sc and the super-block's d.
 __device__ __forceinline__ void q6_k_unpack8(uint32_t lo, uint32_t hi, int sc, float d, float* out) {
   const float ds = d * float(sc);
+  // The high pairs of weights 0, 2, 4, 6 (bits 4k, 4k + 1 of hi) to bits 4-5 of bytes 0-3 in two
+  // moves (fields at 8 and 12 up by 8, then those at 4 and 20 up by 4, the 4-bit lift folded in).
+  const auto lift = [](uint32_t x) {  // x: 2-bit fields at bits 0, 4, 8, 12
+    const uint32_t a = (x & 0x33u) | ((x << 8) & 0x330000u);
+    return ((a & 0x00030003u) << 4) | ((a << 8) & 0x30003000u);
+  };
+  const uint32_t even = (lo & 0x0F0F0F0Fu) | lift(hi & 0x3333u);
+  const uint32_t odd = ((lo >> 4) & 0x0F0F0F0Fu) | lift((hi >> 2) & 0x3333u);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const uint32_t q = ((lo >> (4 * i)) & 0xFu) | (((hi >> (2 * i)) & 3u) << 4);
-    out[i] = ds * (__uint_as_float(q | 0x4B000000u) - 8388640.0f);
+  for (int i = 0; i < 4; ++i) {
+    out[2 * i] = ds * (byte_plus_2p23(even, i) - 8388640.0f);
+    out[2 * i + 1] = ds * (byte_plus_2p23(odd, i) - 8388640.0f);
   }
 }
 // Device: the 18-byte header (16 int8 scales, f16 d) of weight k's super-block in a q6_K row.
