@@ -702,8 +702,9 @@ TEST(CudaUpload, RefusesPartialBlocksOverlappingViewsAndUnknownTypes) {
 // q8_0 products on the GPU: the one-token kernel (one and two jobs a launch) gives the bits of the
 // token's row in the batched tile kernel, and both are the float64 product of the dequantized
 // weights within fp32 rounding (|err| <= 1e-5 · Σ|w·x|), at odd sizes: N not a multiple of the
-// rows of a warp or block, K of 1 to 257 blocks, rows that are not 16-byte multiples (K % 256 != 0:
-// the element-wise path of the tile kernel; the one-token kernel is not used there).
+// rows of a warp or block, K of 1 to 257 blocks, rows not aligned as the type's vector loads need
+// (vec_row_align: q8_0 rows of K % 128 != 0, q4_0 rows of an odd block count, q6_K rows of an odd
+// super-block count: the element-wise path of the tile kernel; the one-token kernel is not used there).
 // (And the same for q4_0, q4_K, q5_K and q6_K.)
 TEST(CudaMatvec, BlockQuantProductsMatchTheDequantizedProduct) {
   if (Status s = check_device(Device::kCuda); !s.ok()) GTEST_SKIP() << "no GPU here: " << s.message();
