@@ -33,7 +33,9 @@
 //  * The three primitive sets are bit-identical; any thread count gives the same bits.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/dtype.h"
 #include "kernels/cpu/attention.h"
@@ -118,6 +120,20 @@ struct AttnQuantOps {
   bool (*accumulate_v_rows)(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const float* p, int64_t p_stride,
                             int64_t group, float* acc);
 };
+
+// The vector sets keep a tile of up to Max heads' accumulators in registers, so a kernel is a
+// template on the tile's head count: for_head_tiles walks a GQA group in tiles of Max heads and
+// calls f(first_head, std::integral_constant<int, NH>) with the compile-time size of each tile.
+template <int N, int Max, typename F>
+inline void call_with_heads(int64_t nh, int64_t h, F& f) {
+  if constexpr (N == Max) f(h, std::integral_constant<int, Max>{});
+  else if (nh == N) f(h, std::integral_constant<int, N>{});
+  else call_with_heads<N + 1, Max>(nh, h, f);
+}
+template <int Max, typename F>
+inline void for_head_tiles(int64_t group, F&& f) {
+  for (int64_t h = 0; h < group; h += Max) call_with_heads<1, Max>(std::min<int64_t>(Max, group - h), h, f);
+}
 
 const AttnQuantOps& attn_quant_ops_scalar();
 const AttnQuantOps& attn_quant_ops_avx2();

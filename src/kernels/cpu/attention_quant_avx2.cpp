@@ -201,16 +201,9 @@ void accumulate_v_tile(const float* v, int64_t n, const float* p, int64_t p_stri
 
 void accumulate_v_avx2(const float* v, int64_t n, const float* p, int64_t p_stride, int64_t group, int64_t hd,
                        float* acc) {
-  for (int64_t h = 0; h < group; h += 4) {
-    const float* ph = p + h * p_stride;
-    float* ah = acc + h * hd;
-    switch (std::min<int64_t>(4, group - h)) {
-      case 1: accumulate_v_tile<1>(v, n, ph, p_stride, hd, ah); break;
-      case 2: accumulate_v_tile<2>(v, n, ph, p_stride, hd, ah); break;
-      case 3: accumulate_v_tile<3>(v, n, ph, p_stride, hd, ah); break;
-      default: accumulate_v_tile<4>(v, n, ph, p_stride, hd, ah); break;
-    }
-  }
+  for_head_tiles<4>(group, [&](int64_t h, auto nh) {
+    accumulate_v_tile<decltype(nh)::value>(v, n, p + h * p_stride, p_stride, hd, acc + h * hd);
+  });
 }
 
 // V rows straight from the cache (q8_0 or q4_0), decoded in registers: per tile of 32 rows
@@ -273,20 +266,9 @@ template <bool kQ4>
 void accumulate_v_rows_typed(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const float* p, int64_t p_stride,
                              int64_t group, float* acc) {
   const int64_t hd = kv.head_dim;
-  for (int64_t h = 0; h < group; h += 8) {
-    const float* ph = p + h * p_stride;
-    float* ah = acc + h * hd;
-    switch (std::min<int64_t>(8, group - h)) {
-      case 1: accumulate_v_rows_tile<kQ4, 1>(kv, g, k0, n, ph, p_stride, ah); break;
-      case 2: accumulate_v_rows_tile<kQ4, 2>(kv, g, k0, n, ph, p_stride, ah); break;
-      case 3: accumulate_v_rows_tile<kQ4, 3>(kv, g, k0, n, ph, p_stride, ah); break;
-      case 4: accumulate_v_rows_tile<kQ4, 4>(kv, g, k0, n, ph, p_stride, ah); break;
-      case 5: accumulate_v_rows_tile<kQ4, 5>(kv, g, k0, n, ph, p_stride, ah); break;
-      case 6: accumulate_v_rows_tile<kQ4, 6>(kv, g, k0, n, ph, p_stride, ah); break;
-      case 7: accumulate_v_rows_tile<kQ4, 7>(kv, g, k0, n, ph, p_stride, ah); break;
-      default: accumulate_v_rows_tile<kQ4, 8>(kv, g, k0, n, ph, p_stride, ah); break;
-    }
-  }
+  for_head_tiles<8>(group, [&](int64_t h, auto nh) {
+    accumulate_v_rows_tile<kQ4, decltype(nh)::value>(kv, g, k0, n, p + h * p_stride, p_stride, acc + h * hd);
+  });
 }
 
 bool accumulate_v_rows_avx2(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const float* p, int64_t p_stride,

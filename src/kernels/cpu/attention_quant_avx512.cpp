@@ -145,20 +145,9 @@ void accumulate_v_tile(const float* v, int64_t n, const float* p, int64_t p_stri
 }
 
 void accumulate_v(const float* v, int64_t n, const float* p, int64_t p_stride, int64_t group, int64_t hd, float* acc) {
-  for (int64_t h = 0; h < group; h += 8) {
-    const float* ph = p + h * p_stride;
-    float* ah = acc + h * hd;
-    switch (std::min<int64_t>(8, group - h)) {
-      case 1: accumulate_v_tile<1>(v, n, ph, p_stride, hd, ah); break;
-      case 2: accumulate_v_tile<2>(v, n, ph, p_stride, hd, ah); break;
-      case 3: accumulate_v_tile<3>(v, n, ph, p_stride, hd, ah); break;
-      case 4: accumulate_v_tile<4>(v, n, ph, p_stride, hd, ah); break;
-      case 5: accumulate_v_tile<5>(v, n, ph, p_stride, hd, ah); break;
-      case 6: accumulate_v_tile<6>(v, n, ph, p_stride, hd, ah); break;
-      case 7: accumulate_v_tile<7>(v, n, ph, p_stride, hd, ah); break;
-      default: accumulate_v_tile<8>(v, n, ph, p_stride, hd, ah); break;
-    }
-  }
+  for_head_tiles<8>(group, [&](int64_t h, auto nh) {
+    accumulate_v_tile<decltype(nh)::value>(v, n, p + h * p_stride, p_stride, hd, acc + h * hd);
+  });
 }
 
 // q8_0 V rows straight from the cache: per tile of 32 rows (their addresses computed once; the
@@ -214,20 +203,9 @@ bool accumulate_v_rows(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, 
                        int64_t group, float* acc) {
   if (kv.v_type != DType::kQ8_0) return false;
   const int64_t hd = kv.head_dim;
-  for (int64_t h = 0; h < group; h += 8) {
-    const float* ph = p + h * p_stride;
-    float* ah = acc + h * hd;
-    switch (std::min<int64_t>(8, group - h)) {
-      case 1: accumulate_v_rows_q8<1>(kv, g, k0, n, ph, p_stride, ah); break;
-      case 2: accumulate_v_rows_q8<2>(kv, g, k0, n, ph, p_stride, ah); break;
-      case 3: accumulate_v_rows_q8<3>(kv, g, k0, n, ph, p_stride, ah); break;
-      case 4: accumulate_v_rows_q8<4>(kv, g, k0, n, ph, p_stride, ah); break;
-      case 5: accumulate_v_rows_q8<5>(kv, g, k0, n, ph, p_stride, ah); break;
-      case 6: accumulate_v_rows_q8<6>(kv, g, k0, n, ph, p_stride, ah); break;
-      case 7: accumulate_v_rows_q8<7>(kv, g, k0, n, ph, p_stride, ah); break;
-      default: accumulate_v_rows_q8<8>(kv, g, k0, n, ph, p_stride, ah); break;
-    }
-  }
+  for_head_tiles<8>(group, [&](int64_t h, auto nh) {
+    accumulate_v_rows_q8<decltype(nh)::value>(kv, g, k0, n, p + h * p_stride, p_stride, acc + h * hd);
+  });
   return true;
 }
 
