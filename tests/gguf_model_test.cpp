@@ -244,6 +244,25 @@ TEST(GgufModel, HostileFilesFailCleanlyViaCli) {
   }
 }
 
+// The quantizer's options: a negative --threads is refused with a message and a non-zero exit
+// (nothing written); a good --threads with -q writes the file and prints no progress line.
+TEST(GgufModel, QuantizerThreadsOptionViaCli) {
+  const std::string tmp = test::temp_dir("gguf_threads_cli");
+  const std::string in = tmp + "/in.gguf", out = tmp + "/out.gguf";
+  ASSERT_TRUE(convert_hf_to_gguf(model_dir_of("qwen35_dense"), in, WeightScheme::kKeep).ok());
+  std::string output;
+  for (const std::string cmd : {" quantize " + in + " " + out + " --type q8_0 --threads -1",
+                                " convert " + model_dir_of("qwen35_dense") + " -o " + out + " --threads -2"}) {
+    EXPECT_NE(test::run_command(test::weft_binary() + cmd + " 2>&1", &output), 0) << cmd;
+    EXPECT_NE(output.find("threads"), std::string::npos) << output;
+    EXPECT_FALSE(fs::exists(out)) << cmd;
+  }
+  ASSERT_EQ(test::run_command(test::weft_binary() + " quantize " + in + " " + out + " --type q8_0 --threads 2 -q 2>&1",
+                              &output), 0) << output;
+  EXPECT_EQ(output.find("weft quantize:"), std::string::npos) << output;
+  EXPECT_TRUE(fs::exists(out));
+}
+
 }  // namespace
 }  // namespace weft
 
