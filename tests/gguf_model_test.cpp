@@ -16,6 +16,7 @@
 #include "engine/session.h"
 #include "io/gguf.h"
 #include "io/gguf_layout.h"
+#include "io/model_files.h"
 #include "io/tokenizer.h"
 #include "model/gguf_convert.h"
 #include "model/model.h"
@@ -157,6 +158,38 @@ TEST(GgufModel, QuantizedBytesDoNotDependOnThreads) {
     if (threads == 1) one = b;
     else EXPECT_TRUE(b == one) << threads << " threads wrote other bytes than 1";
   }
+}
+
+// convert's progress counts source bytes against a total known from the start: the text
+// model's tensors. It never goes back, never passes the total, and its last call (before the
+// file is written) reports done == total.
+TEST(GgufModel, ConvertProgressHasATotalFromTheStart) {
+  const std::string dir = model_dir_of("weft-tiny-hybrid");
+  auto files = ModelFiles::open(dir);
+  ASSERT_TRUE(files.ok()) << files.status().message();
+  int64_t want_total = 0;
+  for (const auto& [name, t] : files.value()->tensors()) want_total += int64_t(t.nbytes);  // all text-model tensors
+  struct Call {
+    std::string tensor;
+    int64_t done, total;
+  };
+  std::vector<Call> calls;
+  const std::string tmp = test::temp_dir("gguf_progress");
+  ASSERT_TRUE(convert_hf_to_gguf(dir, tmp + "/q8.gguf", WeightScheme::kQ8_0,
+                                 [&](const std::string& t, int64_t d, int64_t n) { calls.push_back({t, d, n}); })
+                  .ok());
+  ASSERT_GT(calls.size(), 10u);
+  int64_t prev = 0;
+  for (const Call& c : calls) {
+    EXPECT_EQ(c.total, want_total) << c.tensor;
+    EXPECT_GE(c.done, prev) << c.tensor;
+    EXPECT_LE(c.done, c.total) << c.tensor;
+    prev = c.done;
+  }
+  // Before the last call (the write) the matrices alone have covered almost all the bytes.
+  EXPECT_GT(calls[calls.size() - 2].done, want_total * 99 / 100);
+  EXPECT_EQ(calls.back().done, want_total);
+  EXPECT_NE(calls.back().tensor.find("writing"), std::string::npos);
 }
 
 // The figure on held-out text (../shared/data/corpora/heldout/wikitext2-test.txt, first 1024

@@ -30,7 +30,7 @@ int run_convert(int argc, char** argv) {
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;
   auto scheme = parse_weight_scheme(type);
   if (!scheme.ok()) return fail(scheme.status());
-  if (Status s = convert_hf_to_gguf(dir, out, scheme.value(), quiet ? ConvertProgress{} : convert_progress("convert"), threads); !s.ok()) return fail(s);
+  if (Status s = convert_hf_to_gguf(dir, out, scheme.value(), quiet ? ConvertProgress{} : convert_progress("convert", ProgressUnit::kBytes), threads); !s.ok()) return fail(s);
   auto f = GgufFile::open(out);
   if (!f.ok()) return fail(f.status());
   std::printf("wrote %s: %zu tensors, %s weights\n", out.c_str(), f->tensors().size(), weight_scheme_name(scheme.value()));

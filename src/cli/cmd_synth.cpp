@@ -82,7 +82,7 @@ int run_synth(int argc, char** argv) {
     SynthWriteOptions opt;
     opt.threads = threads;
     Status st = synth_write(*spec, tmp, opt);
-    if (st.ok()) st = convert_hf_to_gguf(tmp, out_dir, scheme.value(), quiet ? ConvertProgress{} : convert_progress("synth"), threads);
+    if (st.ok()) st = convert_hf_to_gguf(tmp, out_dir, scheme.value(), quiet ? ConvertProgress{} : convert_progress("synth", ProgressUnit::kBytes), threads);
     std::filesystem::remove_all(tmp, ec2);
     if (!st.ok()) {
       std::fprintf(stderr, "weft synth: %s\n", st.message().c_str());

@@ -313,16 +313,24 @@ Status RunFlags::check_model(const ModelConfig& config, int64_t tokens, size_t c
   return check_context(config, tokens, std::vector<KvOptions>(caches, kv_options), ctx_max);
 }
 
-ConvertProgress convert_progress(const char* command) {
+ConvertProgress convert_progress(const char* command, ProgressUnit unit) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   auto last = std::make_shared<Clock::time_point>(start);
-  return [command = std::string(command), start, last](const std::string& tensor, int64_t done, int64_t total) {
+  auto printed = std::make_shared<bool>(false);
+  return [command = std::string(command), unit, start, last, printed](const std::string& tensor, int64_t done,
+                                                                      int64_t total) {
     const auto now = Clock::now();
-    if (now - *last < std::chrono::seconds(2)) return;
+    // A line every 2 s; the last one (done == total) too once a run has shown any.
+    const bool final_line = *printed && total > 0 && done == total;
+    if (now - *last < std::chrono::seconds(2) && !final_line) return;
     *last = now;
+    *printed = true;
     const double secs = std::chrono::duration<double>(now - start).count();
-    if (total > 0)
+    if (unit == ProgressUnit::kBytes && total > 0)
+      std::fprintf(stderr, "weft %s: %3.0f%% of %.2f GiB converted, %s, %.0f s\n", command.c_str(), 100.0 * double(done) / double(total),
+                   double(total) / double(1 << 30), tensor.c_str(), secs);
+    else if (total > 0)
       std::fprintf(stderr, "weft %s: %lld of %lld tensors, %s, %.0f s\n", command.c_str(), (long long)done,
                    (long long)total, tensor.c_str(), secs);
     else

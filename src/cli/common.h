@@ -80,9 +80,12 @@ Result<Device> resolve_device(const std::string& device);  // prints "weft: <mes
 
 std::string human_bytes(double bytes);
 
-// Progress lines on stderr for `convert` / `quantize` ("weft convert: 120 of 733 tensors,
-// blk.12.ffn_down_exps.weight, 45 s"), at most one every 2 s, so short runs print none.
-ConvertProgress convert_progress(const char* command);
+// Progress lines on stderr for `convert` / `quantize` ("weft convert:  42% of 64.50 GiB converted,
+// blk.12.ffn_down_exps.weight, 45 s"; "weft quantize: 120 of 733 tensors, ..."), at most one every
+// 2 s, so short runs print none; a run that printed any also prints its last (done == total).
+// What ConvertProgress's done / total count: source bytes (convert) or tensors (quantize).
+enum class ProgressUnit { kTensors, kBytes };
+ConvertProgress convert_progress(const char* command, ProgressUnit unit = ProgressUnit::kTensors);
 
 // The flags of every command that runs a model on one KV configuration (chat, generate, logits,
 // serve): --kv / --kv-k / --kv-v / --kv-rotate, --device and --ctx-max, added, parsed and checked

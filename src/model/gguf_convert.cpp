@@ -323,6 +323,16 @@ GgmlType weight_type_for(WeightScheme scheme, const TensorRole& role, GgmlType s
   return t;
 }
 
+namespace {
+// Bytes of the tensors a conversion reads: the text model's (under `prefix`) and lm_head.
+int64_t text_model_bytes(const ModelFiles& files, const std::string& prefix) {
+  int64_t total = 0;
+  for (const auto& [name, t] : files.tensors())
+    if (name.rfind(prefix, 0) == 0 || name == "lm_head.weight") total += int64_t(t.nbytes);
+  return total;
+}
+}  // namespace
+
 Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path, WeightScheme scheme,
                           const ConvertProgress& progress, int threads) {
   auto files_r = ModelFiles::open(hf_dir);
@@ -353,6 +363,17 @@ Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path
   role.n_experts = c.num_experts;
   role.tied_output = !files.find("lm_head.weight") && c.tie_word_embeddings;
 
+  // Progress is counted in source bytes converted: the output tensors' count is only known once
+  // they are all made, and tensors differ in size by orders of magnitude (an expert stack against
+  // a norm). The total is the text model's tensors (the prefix's, lm_head), not a vision tower's
+  // or a multi-token-prediction head's, which conversion does not read. A tensor counts once it
+  // is encoded (numel x its source dtype's size), so quantizing a large stack shows as it ends.
+  const int64_t total_bytes = text_model_bytes(files, pre);
+  int64_t done_bytes = 0;
+  auto advance = [&](const std::string& gname, int64_t numel, DType source) {
+    done_bytes += numel * int64_t(dtype_size(source));
+    if (progress) progress(gname, std::min(done_bytes, total_bytes), total_bytes);
+  };
   auto src = [&](const std::string& name) -> Result<const TensorView*> {
     const TensorView* t = files.find(name);
     if (!t) return Status::error("missing tensor '" + name + "'");
@@ -366,13 +387,13 @@ Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path
     const GgmlType t = weight_type_for(scheme, role, ggml_of(source), ne[0]);
     if (attn_v_like(gname)) ++role.i_attn_v;
     out.push_back(encode(gname, t, std::move(ne), v, threads));
-    if (progress) progress(gname, int64_t(out.size()), 0);
+    advance(gname, int64_t(v.size()), source);
   };
   auto vec = [&](const std::string& gname, std::vector<int64_t> ne, std::vector<float> v, bool plus_one) {
     if (plus_one)
       for (float& x : v) x = 1.0f + x;
     out.push_back(encode(gname, GgmlType::kF32, std::move(ne), v, threads));
-    if (progress) progress(gname, int64_t(out.size()), 0);
+    advance(gname, 0, DType::kF32);  // norms, biases, conv taps: too small to count
   };
   // Plain copies of a 2-D HF matrix, rows optionally gathered.
   auto copy2d = [&](const std::string& hf, const std::string& gname, const std::vector<int64_t>& map = {}) -> Status {
@@ -530,6 +551,7 @@ Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path
     return Status();
   };
   WEFT_RETURN_IF_ERROR(run().with_context(hf_dir));
+  if (progress) progress("writing " + out_path, total_bytes, total_bytes);  // done == total: always shown
   std::vector<GgufTensorToWrite> w;
   for (const OutTensor& t : out) w.push_back({t.name, t.type, t.ne, t.data.data()});
   return write_gguf(out_path, meta, w);

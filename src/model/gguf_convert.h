@@ -35,8 +35,9 @@ struct TensorRole {
 // its row length: a type whose block does not divide it falls back to q8_0, then to f16/`source`.
 GgmlType weight_type_for(WeightScheme scheme, const TensorRole& role, GgmlType source, int64_t cols);
 
-// Called after each tensor is encoded: its GGUF name, how many tensors are done, and how many there
-// are in all (0 while unknown: a conversion learns it as it goes). For progress lines on long runs.
+// Called after each tensor is encoded: its GGUF name, the work done and the work in all (0 while
+// unknown). convert_hf_to_gguf counts source bytes read (its last call, before the file is
+// written, has done == total); quantize_gguf counts tensors. For progress lines on long runs.
 using ConvertProgress = std::function<void(const std::string& tensor, int64_t done, int64_t total)>;
 
 // Converts the HF model directory `hf_dir` into `out_path` (atomic write). `threads`: how many
