@@ -135,7 +135,7 @@ void dot_rows_one_token(const uint8_t* const* rows, const float* x, int64_t K, f
 // out[c*ldo + r] (row r, token c).
 template <int R, int C>
 void dot_tile_f32(const float* const* rows, const float* x, int64_t ldx, int64_t len, bool first,
-                  bool last, float* acc_buf, int64_t acc_ld, float* out, int64_t ldo, const float* pf_x) {
+                  bool last, float* acc_buf, int64_t acc_ld, float* out, int64_t ldo) {
   __m256 acc[R][C];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
@@ -146,10 +146,6 @@ void dot_tile_f32(const float* const* rows, const float* x, int64_t ldx, int64_t
   }
   const int64_t k8 = len & ~int64_t(7);
   for (int64_t k = 0; k < k8; k += 8) {
-    if (pf_x != nullptr && (k & 15) == 0) {
-#pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) _mm_prefetch(reinterpret_cast<const char*>(pf_x + c * ldx + k), _MM_HINT_T0);
-    }
     __m256 wv[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_ps(rows[r] + k);
@@ -228,64 +224,57 @@ constexpr int64_t kPrefillKBlock = 512;
 constexpr int64_t kPrefillTokenBlock = 96;
 static_assert(kPrefillTokenBlock % kTileTokens == 0, "token blocks hold whole tiles");
 
-// Floats between widened rows in the prefill scratch: K rounded up to a cache line, plus one line.
-// Rows of K = 1024 or 2048 floats would otherwise start 4 KiB apart, in the same L1 set: the four
-// weight streams of a tile (and the x rows, which are K apart too) then compete for 8 ways and
-// evict each other; one line of skew spreads them over different sets. (f32 weights are copied in
-// too, for the same reason.)
-inline int64_t prefill_scratch_stride(int64_t K) { return (K + 15) / 16 * 16 + 16; }
-
 template <int R>
 void prefill_rows(const float* const* rows, int64_t len, bool first, bool last, const float* x,
                   int64_t ldx, int64_t T, float* acc, float* out, int64_t ldo) {
   int64_t t = 0;
   for (; t + kTileTokens <= T; t += kTileTokens) {
-    // The next tile's x rows are prefetched while this one runs: a K block's slice of a token is
-    // a short stream of its own (2 KiB when K > kPrefillKBlock), too short for the hardware
-    // prefetcher to pick up before it ends. Prefetches read no values: same bits.
-    const float* pf = t + 2 * kTileTokens <= T ? x + (t + kTileTokens) * ldx : nullptr;
     dot_tile_f32<R, kTileTokens>(rows, x + t * ldx, ldx, len, first, last, acc + t * 8 * R, 8 * R,
-                                 out + t * ldo, ldo, pf);
+                                 out + t * ldo, ldo);
   }
   for (; t < T; ++t) {
     dot_tile_f32<R, 1>(rows, x + t * ldx, ldx, len, first, last, acc + t * 8 * R, 8 * R,
-                       out + t * ldo, ldo, nullptr);
+                       out + t * ldo, ldo);
   }
 }
 
-// Prefill: the task's rows are widened to f32 once into per-thread scratch (n_rows x K floats)
-// and reused by every token, so the weights are read from memory once per call rather than once
-// per token. Tokens go in blocks of kPrefillTokenBlock, and every K block of a token block runs
-// before the next token block: the block's accumulators (n_rows x 96 x 8 floats, 48 KiB for 16
-// rows) stay in L2 between K blocks. (Sweeping all T tokens per K block, as this did before,
-// stored and reloaded n_rows x T x 32 bytes per K block from L3: 2 MiB per task at T = 4096.)
-// Which accumulator a token owns and the order of its sums are those of dot_tile_f32: same bits.
+// Prefill: each K block of the task's rows is widened to f32 once into per-thread scratch
+// (16 x 512 floats, 32 KiB) and reused by every token, so the weights are read from memory once
+// per call rather than once per token.
 void prefill_block(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, int64_t n1,
                    int64_t K, const float* x, int64_t ldx, int64_t T, float* out, int64_t ldo) {
   thread_local std::vector<float> scratch, acc;
-  const int64_t n_rows = n1 - n0, ld = prefill_scratch_stride(K);
-  if (scratch.size() < size_t(n_rows * ld)) scratch.resize(size_t(n_rows * ld));
-  if (acc.size() < size_t(n_rows * kPrefillTokenBlock * 8)) acc.resize(size_t(n_rows * kPrefillTokenBlock * 8));
-  const float* row_base[kMatmulRowsPerTask];
-  for (int64_t r = 0; r < n_rows; ++r) {
-    float* dst = scratch.data() + r * ld;
-    convert_row_to_f32_avx2(wtype, w + size_t(n0 + r) * row_bytes, dst, K);  // f32: a copy
-    row_base[r] = dst;
-  }
-  for (int64_t t0 = 0; t0 < T; t0 += kPrefillTokenBlock) {
-    const int64_t tb = T - t0 < kPrefillTokenBlock ? T - t0 : kPrefillTokenBlock;
-    for (int64_t kb = 0; kb < K; kb += kPrefillKBlock) {
-      const bool first = kb == 0, last = kb + kPrefillKBlock >= K;
-      const int64_t len = last ? K - kb : kPrefillKBlock;
-      const float* xb = x + t0 * ldx + kb;
+  const int64_t n_rows = n1 - n0;
+  const size_t elem = dtype_size(wtype);
+  if (scratch.size() < size_t(n_rows * kPrefillKBlock)) scratch.resize(size_t(n_rows * kPrefillKBlock));
+  if (acc.size() < size_t(n_rows * T * 8)) acc.resize(size_t(n_rows * T * 8));
+  for (int64_t kb = 0; kb < K; kb += kPrefillKBlock) {
+    const bool first = kb == 0, last = kb + kPrefillKBlock >= K;
+    const int64_t len = last ? K - kb : kPrefillKBlock;
+    const float* row_ptr[kMatmulRowsPerTask];
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const uint8_t* src = w + size_t(n0 + r) * row_bytes + size_t(kb) * elem;
+      if (wtype == DType::kF32) {
+        row_ptr[r] = reinterpret_cast<const float*>(src);
+      } else {
+        float* dst = scratch.data() + r * kPrefillKBlock;
+        convert_row_to_f32_avx2(wtype, src, dst, len);
+        row_ptr[r] = dst;
+      }
+    }
+    // Token blocks: a block's x rows (kPrefillTokenBlock x 2 KiB) stay in L2 while every row
+    // group of the task sweeps them, instead of streaming all T tokens from L3 once per group.
+    // Which token an accumulator belongs to is unchanged, so are the sums (same bits).
+    for (int64_t t0 = 0; t0 < T; t0 += kPrefillTokenBlock) {
+      const int64_t tb = T - t0 < kPrefillTokenBlock ? T - t0 : kPrefillTokenBlock;
       for (int64_t r0 = 0; r0 < n_rows; r0 += kTileRows) {
         const int r_count = int(n_rows - r0 < kTileRows ? n_rows - r0 : kTileRows);
         const float* rows[kTileRows];
-        for (int r = 0; r < r_count; ++r) rows[r] = row_base[r0 + r] + kb;
-        // Each group of rows owns kPrefillTokenBlock * 8 * r_count accumulator floats, token
-        // t0 + t at t * 8 * r_count.
-        float* group_acc = acc.data() + r0 * kPrefillTokenBlock * 8;
+        for (int r = 0; r < r_count; ++r) rows[r] = row_ptr[r0 + r];
+        // Each group of rows owns T * 8 * r_count accumulator floats, token t at t * 8 * r_count.
+        float* group_acc = acc.data() + r0 * T * 8 + t0 * 8 * r_count;
         float* group_out = out + t0 * ldo + n0 + r0;
+        const float* xb = x + t0 * ldx + kb;
         switch (r_count) {
           case 4: prefill_rows<4>(rows, len, first, last, xb, ldx, tb, group_acc, group_out, ldo); break;
           case 3: prefill_rows<3>(rows, len, first, last, xb, ldx, tb, group_acc, group_out, ldo); break;
