@@ -360,6 +360,17 @@ TEST_P(CudaBackendTest, DownCombineEarlyReadsEqualReadsAfterTheWait) {
   expect_same_bits_both_ways(*model_, "WEFT_CUDA_DOWN_EARLY", "0", "2", 43, 91, 6, 1);
 }
 
+// down_combine's faster form (the default: slot weights read with the routing, cp.async staging,
+// the later passes' weights prefetched into L2) gives the bits of its earlier form
+// (WEFT_CUDA_DC_NEW=0), with the routing read after the wait (WEFT_CUDA_DOWN_EARLY=0, the default)
+// and before it with the first weights (2).
+TEST_P(CudaBackendTest, DownCombineFastEqualsEarlierForm) {
+  expect_same_bits_both_ways(*model_, "WEFT_CUDA_DC_NEW", "0", nullptr, 43, 83, 6, 1);
+  ASSERT_EQ(setenv("WEFT_CUDA_DOWN_EARLY", "2", 1), 0);
+  expect_same_bits_both_ways(*model_, "WEFT_CUDA_DC_NEW", "0", "1", 43, 93, 6, 1);
+  unsetenv("WEFT_CUDA_DOWN_EARLY");
+}
+
 // The one-token products loading their first pass of weights before their PDL wait
 // (the default) give the bits of loading them after it (WEFT_CUDA_EARLY_WEIGHTS=0): decode steps
 // (eager, captured and replayed) and a verify. A product that read an activation before its wait
