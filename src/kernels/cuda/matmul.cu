@@ -711,7 +711,7 @@ __device__ __forceinline__ void stage_slots_swiglu(float* xs, const float* us, i
 // router launch's tail) has completed. The routing loads go through L2 (__ldcg), never a stale L1
 // line of an earlier layer's routing. 2: also the first pass of weight loads (constant) before the
 // wait. Same values read in every mode, so the same bits.
-// a.fast (the default; DownCombine::fast): the slot weights and sorted slots (k entries: one row's
+// a.fast (DownCombine::fast, off by default until measured): the slot weights and sorted slots (k entries: one row's
 // positions are < k) read with the routing, the staging copied with cp.async in one round trip
 // (async_stage: when it fits), the later passes' weights prefetched into L2 before it. Same bits.
 // The block types are held to two blocks per SM (the scale addresses per row would otherwise
