@@ -9,7 +9,6 @@
 #include <cstring>
 #include <fstream>
 #include <random>
-#include <tuple>
 #include <cstdlib>
 
 #include "backend/backend_factory.h"
@@ -361,18 +360,6 @@ TEST_P(CudaBackendTest, DownCombineEarlyReadsEqualReadsAfterTheWait) {
   expect_same_bits_both_ways(*model_, "WEFT_CUDA_DOWN_EARLY", "0", "2", 43, 91, 6, 1);
 }
 
-// down_combine's shorter-latency form (WEFT_CUDA_DC_NEW=1: slot weights read with the routing,
-// cp.async staging, the later passes' weights prefetched into L2) gives the bits of its earlier
-// form (0, the default), with the routing read after the PDL wait (WEFT_CUDA_DOWN_EARLY=0), before
-// it (1) and before it with the first weights (2): decode steps and a verify.
-TEST_P(CudaBackendTest, DownCombineFastEqualsEarlierForm) {
-  for (const char* early : {"0", "1", "2"}) {
-    ASSERT_EQ(setenv("WEFT_CUDA_DOWN_EARLY", early, 1), 0);
-    expect_same_bits_both_ways(*model_, "WEFT_CUDA_DC_NEW", "0", "1", 43, 83, 6, 1);
-  }
-  unsetenv("WEFT_CUDA_DOWN_EARLY");
-}
-
 // The one-token products loading their first pass of weights before their PDL wait
 // (the default) give the bits of loading them after it (WEFT_CUDA_EARLY_WEIGHTS=0): decode steps
 // (eager, captured and replayed) and a verify. A product that read an activation before its wait
@@ -415,150 +402,6 @@ std::vector<T> get(const T* device, int64_t n) {
   std::vector<T> v(static_cast<size_t>(n));
   EXPECT_EQ(cudaMemcpy(v.data(), device, v.size() * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
   return v;
-}
-
-// cuda::down_combine's shorter-latency form (DownCombine::fast) gives the bits of its earlier form
-// at the decode shape of the shipped geometry (8 experts routed of 16, K = 512, N = 2048, a shared
-// expert of 512), where the backend fixtures' tiny experts never take a second pass: bf16, f16,
-// f32 and q8_0 weights; 8 and 12 experts routed (10 and 16 rows per warp); K = 256 (one pass),
-// 512 and 1024 (where the cp.async staging does not fit: the register staging with the other two
-// changes); with and without the shared expert; reads after the wait (early 0) and before it (2).
-TEST(CudaDownCombine, FastFormEqualsEarlierFormAtTheDecodeShape) {
-  if (Status s = check_device(Device::kCuda); !s.ok()) GTEST_SKIP() << "no GPU here: " << s.message();
-  const int64_t E = 16, N = 2048;
-  std::mt19937 rng(7);
-  std::vector<void*> bufs;
-  auto dev = [&](size_t bytes) {
-    void* p = nullptr;
-    EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess);
-    bufs.push_back(p);
-    return p;
-  };
-  auto upload = [&](const void* src, size_t bytes) {
-    void* p = dev(bytes);
-    EXPECT_EQ(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-    return p;
-  };
-  auto floats = [&](size_t n, float lo, float hi) {
-    std::uniform_real_distribution<float> u(lo, hi);
-    std::vector<float> v(n);
-    for (float& x : v) x = u(rng);
-    return v;
-  };
-  // Normal 16-bit values of magnitude 2^-10 .. 1 (f16: 5-bit exponent; bf16: 8-bit).
-  auto bits16 = [&](bool bf16) {
-    const uint32_t sign = rng() & 1u, mant = rng();
-    if (bf16) return uint16_t(sign << 15 | (117u + rng() % 10u) << 7 | (mant & 0x7fu));
-    return uint16_t(sign << 15 | (5u + rng() % 10u) << 10 | (mant & 0x3ffu));
-  };
-  // A weight matrix of `rows` rows of type t, K columns, in the device layout (q8_0: K quant
-  // bytes, then K / 32 f16 scales).
-  auto weights = [&](DType t, int64_t rows, int64_t K) {
-    const size_t row_bytes = t == DType::kQ8_0 ? size_t(K + K / 32 * 2) : size_t(K) * dtype_size(t);
-    std::vector<uint8_t> w(size_t(rows) * row_bytes);
-    for (int64_t r = 0; r < rows; ++r) {
-      uint8_t* row = w.data() + size_t(r) * row_bytes;
-      if (t == DType::kF32) {
-        const std::vector<float> v = floats(size_t(K), -1.0f, 1.0f);
-        std::memcpy(row, v.data(), size_t(K) * 4);
-      } else if (t == DType::kQ8_0) {
-        for (int64_t i = 0; i < K; ++i) row[i] = uint8_t(rng());
-        for (int64_t b = 0; b < K / 32; ++b) {
-          const uint16_t d = bits16(false);
-          std::memcpy(row + K + 2 * b, &d, 2);
-        }
-      } else {
-        for (int64_t i = 0; i < K; ++i) {
-          const uint16_t h = bits16(t == DType::kBF16);
-          std::memcpy(row + 2 * i, &h, 2);
-        }
-      }
-    }
-    return std::make_pair(upload(w.data(), w.size()), row_bytes);
-  };
-  // The routings of one row: 8 of 16 experts (R = 10 rows per warp with the shared one) and 12
-  // (R = 16).
-  struct Routing {
-    int k;
-    cuda::MoeRouteOut o;
-  };
-  std::vector<Routing> routings;
-  for (const int k : {8, 12}) {
-    const std::vector<float> logits = floats(size_t(E), -4.0f, 4.0f);
-    float* d_logits = static_cast<float*>(upload(logits.data(), logits.size() * 4));
-    cuda::MoeRouteOut o;
-    const int64_t tiles = cuda::moe_max_tiles(1, k, E);
-    o.slot_expert = static_cast<int32_t*>(dev(size_t(k) * 4));
-    o.slot_weight = static_cast<float*>(dev(size_t(k) * 4));
-    o.expert_begin = static_cast<int32_t*>(dev(size_t(E + 1) * 4));
-    o.sorted_slot = static_cast<int32_t*>(dev(size_t(k) * 4));
-    o.slot_pos = static_cast<int32_t*>(dev(size_t(k) * 4));
-    o.tile_expert = static_cast<int32_t*>(dev(size_t(tiles) * 4));
-    o.tile_t0 = static_cast<int32_t*>(dev(size_t(tiles) * 4));
-    o.n_tiles = static_cast<int32_t*>(dev(4));
-    o.experts_touched = static_cast<long long*>(dev(sizeof(long long)));
-    ASSERT_EQ(cudaMemset(o.experts_touched, 0, sizeof(long long)), cudaSuccess);
-    cuda::moe_route(d_logits, 1, E, k, true, o, nullptr);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    ASSERT_EQ(get(o.n_tiles, 1)[0], k);
-    routings.push_back({k, o});
-  }
-  for (const DType t : {DType::kBF16, DType::kF16, DType::kF32, DType::kQ8_0}) {
-    for (const int64_t K : {int64_t(256), int64_t(512), int64_t(1024)}) {
-      std::vector<const void*> ptrs(static_cast<size_t>(E));
-      size_t row_bytes = 0;
-      for (int64_t e = 0; e < E; ++e) std::tie(ptrs[size_t(e)], row_bytes) = weights(t, N, K);
-      const auto [sw, s_row_bytes] = weights(t, N, K);
-      const int max_k = 12;
-      const std::vector<float> gate = floats(size_t(max_k * K), -3.0f, 3.0f),
-                               up = floats(size_t(max_k * K), -2.0f, 2.0f), s_gate = floats(size_t(K), -3.0f, 3.0f),
-                               s_up = floats(size_t(K), -2.0f, 2.0f);
-      const void* const* d_ptrs = static_cast<const void* const*>(upload(ptrs.data(), ptrs.size() * sizeof(void*)));
-      const float* d_gate = static_cast<const float*>(upload(gate.data(), gate.size() * 4));
-      const float* d_up = static_cast<const float*>(upload(up.data(), up.size() * 4));
-      const float* d_s_gate = static_cast<const float*>(upload(s_gate.data(), s_gate.size() * 4));
-      const float* d_s_up = static_cast<const float*>(upload(s_up.data(), s_up.size() * 4));
-      float* d_y = static_cast<float*>(dev(size_t(N) * 4));
-      float* d_s_y = static_cast<float*>(dev(size_t(N) * 4));
-      for (const Routing& rt : routings) {
-        const int k = rt.k;
-        for (const bool shared : {true, false}) {
-          if (!cuda::down_combine_fits(k, shared, K, shared ? K : 0)) continue;
-          for (const int early : {0, 2}) {
-            cuda::DownCombine a;
-            a.w = d_ptrs, a.row_bytes = row_bytes, a.N = N, a.K = K, a.k = k, a.gate = d_gate, a.up = d_up;
-            a.expert_begin = rt.o.expert_begin, a.tile_expert = rt.o.tile_expert, a.n_tiles = rt.o.n_tiles;
-            a.sorted_slot = rt.o.sorted_slot, a.slot_weight = rt.o.slot_weight;
-            if (shared) {
-              a.sw = sw, a.s_row_bytes = s_row_bytes, a.s_K = K, a.s_gate = d_s_gate, a.s_up = d_s_up;
-              a.s_y = d_s_y;
-            }
-            a.y = d_y;
-            a.early = early;
-            std::vector<float> y[2], s_y[2];
-            for (int fast = 0; fast < 2; ++fast) {
-              a.fast = fast == 1;
-              ASSERT_EQ(cudaMemset(d_y, 0xff, size_t(N) * 4), cudaSuccess);
-              ASSERT_EQ(cudaMemset(d_s_y, 0xff, size_t(N) * 4), cudaSuccess);
-              cuda::down_combine(t, a, nullptr);
-              ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-              y[fast] = get(d_y, N);
-              if (shared) s_y[fast] = get(d_s_y, N);
-            }
-            const std::string what = std::string(dtype_name(t)) + ", k " + std::to_string(k) + ", K " +
-                                     std::to_string(K) + (shared ? ", shared expert" : "") + ", early " +
-                                     std::to_string(early);
-            EXPECT_TRUE(same_bits(y[0], y[1])) << what;
-            if (shared) EXPECT_TRUE(same_bits(s_y[0], s_y[1])) << what << " (shared expert's row)";
-            bool finite = true;
-            for (float v : y[1]) finite = finite && std::isfinite(v);
-            EXPECT_TRUE(finite) << what;
-          }
-        }
-      }
-    }
-  }
-  for (void* p : bufs) cudaFree(p);
 }
 
 // Device-side routing against the host routing (the CPU backend's) on random logits of odd

@@ -209,8 +209,6 @@ class CudaBackend final : public Backend {
       if (v == "0" || v == "1" || v == "2") down_early_ = v[0] - '0';
       else std::fprintf(stderr, "weft: WEFT_CUDA_DOWN_EARLY=%s ignored (0, 1 or 2)\n", e);
     }
-    const char* dc_new = std::getenv("WEFT_CUDA_DC_NEW");  // =1: down_combine's fast form (A/B)
-    down_fast_ = dc_new && std::string(dc_new) == "1";
     const char* fuse_norm = std::getenv("WEFT_CUDA_FUSE_NORM");
     fuse_norm_on_ = fuse_on_ && fuse_norm && std::string(fuse_norm) == "1";
     const char* fuse_gate = std::getenv("WEFT_CUDA_FUSE_GATE");
@@ -960,7 +958,6 @@ class CudaBackend final : public Backend {
       timing_name_ = "swiglu+grouped_matmul+moe_combine";
     }
     a.early = d.early;
-    a.fast = down_fast_;
     cuda::down_combine(d.type, a, stream_);
     if (d.sw_held && !d.s_w) cuda::swiglu(d.sw_gate, d.sw_up, d.sw_out, d.sw_n, stream_);
   }
@@ -1047,10 +1044,6 @@ class CudaBackend final : public Backend {
   // the wait that the rule otherwise forbids, relying on the launch before having waited; their
   // gain was not measured on its own (round 4: within the spread), so the default is 0 until it is.
   int down_early_ = 0;
-  // WEFT_CUDA_DC_NEW=1: down_combine's shorter-latency form (cuda::DownCombine::fast), for A/B
-  // runs; off by default until a device call measures it faster. Same bits either way (tested on
-  // every fixture: DownCombineFastEqualsEarlierForm).
-  bool down_fast_ = false;
   uint64_t routed_id_ = 0;  // op id of the last one-type expert launch, and its routing
   const int32_t* routed_begin_ = nullptr;
   DeviceArray route_counter_;  // cuda::RouteTail's block count (zero between launches)

@@ -673,32 +673,6 @@ __device__ __forceinline__ void stage_slots(float* xs, const float* gate, const 
   }
 }
 
-// The same values as stage_slots, with one memory round trip: every thread copies its 16-byte
-// chunks of gate (into xs) and up (into us) with cp.async (global -> shared through L2, no
-// registers), all of them in flight at once, then waits for its own copies and applies swiglu_dev
-// in place to the chunks it copied (so no barrier between). K and n multiples of 4; gate, up 16-byte
-// aligned. The caller commits and waits (stage_slots_swiglu) once for all its calls.
-__device__ __forceinline__ void cp_async16_l2(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
-               "l"(src));
-}
-__device__ __forceinline__ void stage_slots_copy(float* xs, float* us, const float* gate, const float* up,
-                                                 const int32_t* row_of, int K, int n) {
-  for (int c = int(threadIdx.x) * 4; c < n; c += int(blockDim.x) * 4) {
-    const int j = c / K;
-    const int64_t src = int64_t(row_of[j]) * K + (c - j * K);
-    cp_async16_l2(xs + c, gate + src);
-    cp_async16_l2(us + c, up + src);
-  }
-}
-__device__ __forceinline__ void stage_slots_swiglu(float* xs, const float* us, int n) {
-  for (int c = int(threadIdx.x) * 4; c < n; c += int(blockDim.x) * 4) {
-    const float4 g = *reinterpret_cast<const float4*>(xs + c), u = *reinterpret_cast<const float4*>(us + c);
-    *reinterpret_cast<float4*>(xs + c) =
-        make_float4(swiglu_dev(g.x, u.x), swiglu_dev(g.y, u.y), swiglu_dev(g.z, u.z), swiglu_dev(g.w, u.w));
-  }
-}
-
 // One warp per output row h (see down_combine in the header). The block reads the routing
 // (position j's expert, input row and weight table entry; the loads of each step together), then
 // each warp issues its first pass of weight loads before the block stages every slot's swiglu
@@ -711,31 +685,20 @@ __device__ __forceinline__ void stage_slots_swiglu(float* xs, const float* us, i
 // router launch's tail) has completed. The routing loads go through L2 (__ldcg), never a stale L1
 // line of an earlier layer's routing. 2: also the first pass of weight loads (constant) before the
 // wait. Same values read in every mode, so the same bits.
-// a.fast (DownCombine::fast, off by default until measured): the slot weights and sorted slots (k entries: one row's
-// positions are < k) read with the routing, the staging copied with cp.async in one round trip
-// (async_stage: when it fits), the later passes' weights prefetched into L2 before it. Same bits.
 // The block types are held to two blocks per SM (the scale addresses per row would otherwise
 // leave one; a few bytes spill instead).
 template <DType D, int R, int EARLY>
 __global__ void __launch_bounds__(kMatvecWarps * 32, dtype_is_block_quant_v<D> ? 2 : 1)
-    down_combine_kernel(DownCombine a, bool async_stage) {
+    down_combine_kernel(DownCombine a) {
   if constexpr (EARLY == 0) pdl_begin();
   extern __shared__ float4 staged4[];
   float* xs = reinterpret_cast<float*>(staged4);
   __shared__ const uint8_t* wrow[kMaxDownCombineRows];
   __shared__ int32_t pos[kMaxDownCombineRows];
   __shared__ int32_t zero_row[1];
-  // fast: the routing's sorted_slot and slot_weight (one row: k entries each, positions < k) read
-  // here beside the tile count, in parallel with it, so the combine reads shared memory only.
-  __shared__ int32_t sslot[kMaxDownCombineRows];
-  __shared__ float sweight[kMaxDownCombineRows];
   // tile_expert has at least k entries (moe_max_tiles), so it is read before n_tiles is known.
   const int n_tiles = __ldcg(a.n_tiles);
   const int e = int(threadIdx.x) < a.k ? __ldcg(a.tile_expert + threadIdx.x) : 0;
-  if (a.fast && int(threadIdx.x) < a.k) {
-    sslot[threadIdx.x] = __ldcg(a.sorted_slot + threadIdx.x);
-    sweight[threadIdx.x] = __ldcg(a.slot_weight + threadIdx.x);
-  }
   const int nt = min(n_tiles, a.k);
   if (int(threadIdx.x) < nt) {
     pos[threadIdx.x] = __ldcg(a.expert_begin + e);
@@ -766,34 +729,10 @@ __global__ void __launch_bounds__(kMatvecWarps * 32, dtype_is_block_quant_v<D> ?
 #pragma unroll
   for (int r = 0; r < R; ++r)
     if (r < n_rows && k0 < (r == nt ? a.s_K : a.K)) raw[r] = load_raw8<D>(rows[r], k0, r == nt ? a.s_K : a.K);
-  // fast: the later passes' weights into L2 now (a hint, no registers), so their loads after the
-  // first pass's fmas find them there instead of making a second DRAM round trip. A lane prefetches
-  // one 128-byte line of a row at a time; the 2-byte and f32 rows skip what the first pass loads.
-  if (a.fast && k_max > 256) {
-    constexpr int64_t skip = dtype_is_block_quant_v<D> ? 0 : 256 * (D == DType::kF32 ? 4 : 2);
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      if (r >= n_rows) break;
-      const int64_t rb = int64_t(r == nt ? a.s_row_bytes : a.row_bytes);
-      for (int64_t off = skip + int64_t(lane) * 128; off < rb; off += 32 * 128) prefetch_l2(rows[r] + off);
-    }
-  }
   if constexpr (EARLY == 2) pdl_begin();
+  stage_slots(xs, a.gate, a.up, pos, a.K, int64_t(nt) * a.K);
   float* sxs = xs + int64_t(a.k) * a.K;
-  if (async_stage) {
-    // cp.async staging (see stage_slots_copy): up lands past the staged inputs, then swiglu in place.
-    float* us = xs + int64_t(a.k) * a.K + (a.sw ? a.s_K : 0);
-    const int nk = nt * int(a.K);
-    stage_slots_copy(xs, us, a.gate, a.up, pos, int(a.K), nk);
-    if (a.sw) stage_slots_copy(sxs, us + int64_t(a.k) * a.K, a.s_gate, a.s_up, zero_row, int(a.s_K), int(a.s_K));
-    asm volatile("cp.async.commit_group;\n" ::);
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-    stage_slots_swiglu(xs, us, nk);
-    if (a.sw) stage_slots_swiglu(sxs, us + int64_t(a.k) * a.K, int(a.s_K));
-  } else {
-    stage_slots(xs, a.gate, a.up, pos, a.K, int64_t(nt) * a.K);
-    if (a.sw) stage_slots(sxs, a.s_gate, a.s_up, zero_row, a.s_K, a.s_K);
-  }
+  if (a.sw) stage_slots(sxs, a.s_gate, a.s_up, zero_row, a.s_K, a.s_K);
   __syncthreads();
   if (!active) return;
   for (; k0 < k_max; k0 += 256) {
@@ -823,7 +762,7 @@ __global__ void __launch_bounds__(kMatvecWarps * 32, dtype_is_block_quant_v<D> ?
   float acc = 0.0f;
 #pragma unroll
   for (int r = 0; r < R; ++r)
-    if (r < nt) acc = combine_step_dev(acc, a.fast ? sweight[sslot[pos[r]]] : a.slot_weight[a.sorted_slot[pos[r]]], v[r]);
+    if (r < nt) acc = combine_step_dev(acc, a.slot_weight[a.sorted_slot[pos[r]]], v[r]);
   a.y[h] = acc;
 #pragma unroll
   for (int r = 0; r < R; ++r)
@@ -943,20 +882,14 @@ void down_combine(DType dtype, const DownCombine& a, cudaStream_t stream) {
   if (!down_combine_fits(a.k, shared, a.K, shared ? a.s_K : 0) || (shared && a.s_K == 0))
     check(cudaErrorInvalidValue, "down_combine: shape not supported");
   if (a.N == 0) return;
-  size_t smem = down_combine_smem(a.k, a.K, shared ? a.s_K : 0);
-  // fast: stage with cp.async when up's copy fits beside the inputs and the inputs are 16-byte
-  // aligned; otherwise through registers (stage_slots). Same values either way.
-  const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool async_stage = a.fast && 2 * smem <= 46 * 1024 && aligned16(a.gate) && aligned16(a.up) &&
-                           (!shared || (aligned16(a.s_gate) && aligned16(a.s_up)));
-  if (async_stage) smem *= 2;
+  const size_t smem = down_combine_smem(a.k, a.K, shared ? a.s_K : 0);
   const unsigned grid = blocks_for(a.N, kMatvecWarps), threads = kMatvecWarps * 32;
   const bool small = a.k + (shared ? 1 : 0) <= 10;
   if (a.early < 0 || a.early > 2) check(cudaErrorInvalidValue, "down_combine: early must be 0, 1 or 2");
 #define WEFT_DOWN_COMBINE_E(D, RR)                                                                   \
-  (a.early == 0   ? launch_pdl(down_combine_kernel<D, RR, 0>, grid, threads, smem, stream, a, async_stage) \
-   : a.early == 1 ? launch_pdl(down_combine_kernel<D, RR, 1>, grid, threads, smem, stream, a, async_stage) \
-                  : launch_pdl(down_combine_kernel<D, RR, 2>, grid, threads, smem, stream, a, async_stage))
+  (a.early == 0   ? launch_pdl(down_combine_kernel<D, RR, 0>, grid, threads, smem, stream, a) \
+   : a.early == 1 ? launch_pdl(down_combine_kernel<D, RR, 1>, grid, threads, smem, stream, a) \
+                  : launch_pdl(down_combine_kernel<D, RR, 2>, grid, threads, smem, stream, a))
 #define WEFT_DOWN_COMBINE(D) (small ? WEFT_DOWN_COMBINE_E(D, 10) : WEFT_DOWN_COMBINE_E(D, kMaxDownCombineRows))
   with_weight_type(dtype, "down_combine", [&](auto d) {
     constexpr DType D = decltype(d)::value;

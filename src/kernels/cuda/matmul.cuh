@@ -85,11 +85,6 @@ struct DownCombine {
   // What the kernel reads before its PDL wait: 0 nothing; 1 the routing (default: its writer is
   // two launches back, see down_combine_kernel); 2 the routing and the first pass of weights.
   int early = 1;
-  // The shorter-latency form (false, the default, keeps the earlier one; same bits either way):
-  // the slot weights read with the routing into shared memory, the staged inputs copied with
-  // cp.async (one memory round trip) when they fit twice in shared memory, and the weights past
-  // the first pass prefetched into L2 with it. Not yet measured on a GPU, hence off by default.
-  bool fast = false;
 };
 // Whether down_combine takes this shape (rows, staged input size, types); vec: 16-byte loads apply.
 bool down_combine_fits(int k, bool shared, int64_t K, int64_t s_K);
