@@ -132,11 +132,10 @@ void dot_rows_one_token(const uint8_t* const* rows, const float* x, int64_t K, f
 // accumulators. Accumulators live in acc (8 floats per dot product, token-major with stride
 // acc_ld floats between tokens) across K blocks: storing and reloading them keeps every lane's
 // summation exactly in order. last: len may end in a partial chunk and the sums are reduced into
-// out[c*ldo + r] (row r, token c). pf_x, when not null, is the next tile's x (C rows, ldx apart):
-// one line of each row is prefetched per 16 columns. Prefetches read no values: same bits.
+// out[c*ldo + r] (row r, token c).
 template <int R, int C>
 void dot_tile_f32(const float* const* rows, const float* x, int64_t ldx, int64_t len, bool first,
-                  bool last, float* acc_buf, int64_t acc_ld, float* out, int64_t ldo, const float* pf_x) {
+                  bool last, float* acc_buf, int64_t acc_ld, float* out, int64_t ldo) {
   __m256 acc[R][C];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
@@ -147,10 +146,6 @@ void dot_tile_f32(const float* const* rows, const float* x, int64_t ldx, int64_t
   }
   const int64_t k8 = len & ~int64_t(7);
   for (int64_t k = 0; k < k8; k += 8) {
-    if (pf_x != nullptr && (k & 15) == 0) {
-#pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) _mm_prefetch(reinterpret_cast<const char*>(pf_x + c * ldx + k), _MM_HINT_T0);
-    }
     __m256 wv[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) wv[r] = _mm256_loadu_ps(rows[r] + k);
@@ -229,19 +224,17 @@ constexpr int64_t kPrefillKBlock = 512;
 constexpr int64_t kPrefillTokenBlock = 96;
 static_assert(kPrefillTokenBlock % kTileTokens == 0, "token blocks hold whole tiles");
 
-// prefetch_x: prefetch each next tile's x rows (see prefill_block).
 template <int R>
 void prefill_rows(const float* const* rows, int64_t len, bool first, bool last, const float* x,
-                  int64_t ldx, int64_t T, float* acc, float* out, int64_t ldo, bool prefetch_x) {
+                  int64_t ldx, int64_t T, float* acc, float* out, int64_t ldo) {
   int64_t t = 0;
   for (; t + kTileTokens <= T; t += kTileTokens) {
-    const float* pf = prefetch_x && t + 2 * kTileTokens <= T ? x + (t + kTileTokens) * ldx : nullptr;
     dot_tile_f32<R, kTileTokens>(rows, x + t * ldx, ldx, len, first, last, acc + t * 8 * R, 8 * R,
-                                 out + t * ldo, ldo, pf);
+                                 out + t * ldo, ldo);
   }
   for (; t < T; ++t) {
     dot_tile_f32<R, 1>(rows, x + t * ldx, ldx, len, first, last, acc + t * 8 * R, 8 * R,
-                       out + t * ldo, ldo, nullptr);
+                       out + t * ldo, ldo);
   }
 }
 
@@ -282,16 +275,11 @@ void prefill_block(DType wtype, const uint8_t* w, size_t row_bytes, int64_t n0, 
         float* group_acc = acc.data() + r0 * T * 8 + t0 * 8 * r_count;
         float* group_out = out + t0 * ldo + n0 + r0;
         const float* xb = x + t0 * ldx + kb;
-        // With more than one K block, a token's slice of x is a short stream of its own (2 KiB
-        // of a longer row), which ends before the hardware prefetcher has picked it up: the next
-        // tile's slices are prefetched in software. With one block the rows are one contiguous
-        // stream and the prefetches only cost load slots (measured: results.md 8.8).
-        const bool prefetch_x = K > kPrefillKBlock;
         switch (r_count) {
-          case 4: prefill_rows<4>(rows, len, first, last, xb, ldx, tb, group_acc, group_out, ldo, prefetch_x); break;
-          case 3: prefill_rows<3>(rows, len, first, last, xb, ldx, tb, group_acc, group_out, ldo, prefetch_x); break;
-          case 2: prefill_rows<2>(rows, len, first, last, xb, ldx, tb, group_acc, group_out, ldo, prefetch_x); break;
-          default: prefill_rows<1>(rows, len, first, last, xb, ldx, tb, group_acc, group_out, ldo, prefetch_x); break;
+          case 4: prefill_rows<4>(rows, len, first, last, xb, ldx, tb, group_acc, group_out, ldo); break;
+          case 3: prefill_rows<3>(rows, len, first, last, xb, ldx, tb, group_acc, group_out, ldo); break;
+          case 2: prefill_rows<2>(rows, len, first, last, xb, ldx, tb, group_acc, group_out, ldo); break;
+          default: prefill_rows<1>(rows, len, first, last, xb, ldx, tb, group_acc, group_out, ldo); break;
         }
       }
     }
