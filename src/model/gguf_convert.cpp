@@ -370,8 +370,8 @@ Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path
   // is encoded (numel x its source dtype's size), so quantizing a large stack shows as it ends.
   const int64_t total_bytes = text_model_bytes(files, pre);
   int64_t done_bytes = 0;
-  auto advance = [&](const std::string& gname, int64_t numel, DType source) {
-    done_bytes += numel * int64_t(dtype_size(source));
+  auto advance = [&](const std::string& gname, int64_t source_bytes) {
+    done_bytes += source_bytes;
     if (progress) progress(gname, std::min(done_bytes, total_bytes), total_bytes);
   };
   auto src = [&](const std::string& name) -> Result<const TensorView*> {
@@ -387,13 +387,13 @@ Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out_path
     const GgmlType t = weight_type_for(scheme, role, ggml_of(source), ne[0]);
     if (attn_v_like(gname)) ++role.i_attn_v;
     out.push_back(encode(gname, t, std::move(ne), v, threads));
-    advance(gname, int64_t(v.size()), source);
+    advance(gname, int64_t(v.size()) * int64_t(dtype_size(source)));
   };
   auto vec = [&](const std::string& gname, std::vector<int64_t> ne, std::vector<float> v, bool plus_one) {
     if (plus_one)
       for (float& x : v) x = 1.0f + x;
     out.push_back(encode(gname, GgmlType::kF32, std::move(ne), v, threads));
-    advance(gname, 0, DType::kF32);  // norms, biases, conv taps: too small to count
+    advance(gname, 0);  // norms, biases, conv taps: too small to count
   };
   // Plain copies of a 2-D HF matrix, rows optionally gathered.
   auto copy2d = [&](const std::string& hf, const std::string& gname, const std::vector<int64_t>& map = {}) -> Status {

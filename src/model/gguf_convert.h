@@ -36,7 +36,7 @@ struct TensorRole {
 GgmlType weight_type_for(WeightScheme scheme, const TensorRole& role, GgmlType source, int64_t cols);
 
 // Called after each tensor is encoded: its GGUF name, the work done and the work in all (0 while
-// unknown). convert_hf_to_gguf counts source bytes read (its last call, before the file is
+// unknown). convert_hf_to_gguf counts source bytes converted (its last call, before the file is
 // written, has done == total); quantize_gguf counts tensors. For progress lines on long runs.
 using ConvertProgress = std::function<void(const std::string& tensor, int64_t done, int64_t total)>;
 
