@@ -145,5 +145,36 @@ TEST_F(CliLimitsTest, RandomWeightDefaultModelIsAnnounced) {
   EXPECT_EQ(count(r.out, "RANDOM-WEIGHT"), 0u) << r.out;
 }
 
+// Bad numbers in flags are refused before any model is opened (exit 2), with a message that says
+// what is wanted, not CLI11's range up to DBL_MAX written out in 300 digits.
+TEST_F(CliLimitsTest, BadNumericFlagsSayWhatIsWanted) {
+  struct Case {
+    const char* args;
+    const char* flag;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"generate -p hi -n -1", "--n-tokens", "-1 is negative; it must be 0 or more"},
+      {"generate -p hi --temp -0.5", "--temp", "-0.5 is negative; it must be 0 or more"},
+      {"generate -p hi --temp nan", "--temp", "nan is not a finite number"},
+      {"generate -p hi --top-k -2", "--top-k", "-2 is negative"},
+      {"bench --repeats 0", "--repeats", "0 is not positive; it must be more than 0"},
+      {"bench --gen -4", "--gen", "-4 is not positive"},
+      {"fidelity --text /nonexistent.txt --batch 0", "--batch", "0 is not positive"},
+  };
+  for (const Case& c : cases) {
+    CliResult r = run_weft(std::string(c.args) + " -m /nonexistent-model");
+    EXPECT_EQ(r.rc, 2) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.flag), std::string::npos) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.says), std::string::npos) << c.args << "\n" << r.out;
+    EXPECT_EQ(r.out.find("179769313486231570814527"), std::string::npos) << c.args << "\n" << r.out;
+  }
+  // In range, the value reaches the command: sampling settings are printed as they will run.
+  CliResult ok = run_weft("generate -m " + test::source_dir() + "/models/weft-tiny-hybrid -p hi -n 2 --temp 0.5 --seed 3");
+  EXPECT_EQ(ok.rc, 0) << ok.out;
+  EXPECT_NE(ok.out.find("sampling: temperature 0.5"), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find("flags over"), std::string::npos) << ok.out;
+}
+
 }  // namespace
 }  // namespace weft

@@ -120,25 +120,25 @@ int run_bench_cmd(int argc, char** argv) {
                                "for the built-in model, 4096,16384,32768 otherwise");
   app.add_option("--arms", arms, "KV types to decode with (f16, q8_0, q4_0, f32), in any order; every ratio is "
                                  "against the f16 arm, which is added (and reported) when absent");
-  app.add_option("--repeats", repeats, "interleaved repeats per arm (default 6: fewer cannot support a 95% claim)")->check(CLI::PositiveNumber);
-  app.add_option("--gen", gen, "decoded tokens per timed run (default 16)")->check(CLI::PositiveNumber);
-  app.add_option("--threads", o.threads, "worker threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  app.add_option("--repeats", repeats, "interleaved repeats per arm (default 6: fewer cannot support a 95% claim)")->check(kPositive);
+  app.add_option("--gen", gen, "decoded tokens per timed run (default 16)")->check(kPositive);
+  app.add_option("--threads", o.threads, "worker threads (0 = all cores)")->check(kNonNegative);
   std::string device;
   add_device_flag(app, &device);
-  app.add_option("--page-tokens", o.page_tokens, "KV page size in tokens")->check(CLI::PositiveNumber);
-  app.add_option("--kill-at", o.kill_at, "depth of the Step 0 verdict")->check(CLI::PositiveNumber);
-  app.add_option("--kill-below", o.kill_below, "Step 0: kill when the ceiling is under 1 + this")->check(CLI::NonNegativeNumber);
+  app.add_option("--page-tokens", o.page_tokens, "KV page size in tokens")->check(kPositive);
+  app.add_option("--kill-at", o.kill_at, "depth of the Step 0 verdict")->check(kPositive);
+  app.add_option("--kill-below", o.kill_below, "Step 0: kill when the ceiling is under 1 + this")->check(kNonNegative);
   app.add_flag("--ceiling-only", o.ceiling_only, "Step 0: the f16 curve, projected ceilings and the kill verdict");
   app.add_flag("--energy", o.energy, "joules per token inside the decode windows (RAPL / NVML when readable)");
   app.add_option("--bandwidth-mib", bw_mib, "MiB per bandwidth-probe array (3 arrays); raised to at least "
                                            "max(256, 8 x last-level cache) so the probe reads DRAM")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   app.add_option("--batch", o.batches, "also decode B sequences together for each B (e.g. 1,4,8): aggregate and "
-                 "per-sequence tok/s against the batch byte model")->delimiter(',')->check(CLI::PositiveNumber);
+                 "per-sequence tok/s against the batch byte model")->delimiter(',')->check(kPositive);
   app.add_option("--tile-fill", o.tile_from, "decode speed at depths too long to prefill: prefill at most N tokens "
                  "(a multiple of --page-tokens), then repeat their KV pages up to each depth; the decode reads the "
                  "bytes of a real cache of that depth, but the context is meaningless (no fidelity from it)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   int64_t ctx_max = 0;
   add_ctx_max_flag(app, &ctx_max);
   app.add_option("--out", out_dir, "write results.json, report.md and bench.svg here");

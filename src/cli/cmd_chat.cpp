@@ -39,7 +39,7 @@ int run_chat(int argc, char** argv) {
   app.add_option("--temp", temp, "temperature (default: the model's generation_config.json; 0 = greedy)")
       ->check(CLI::Range(0.0, 100.0));
   app.add_option("--top-p", top_p, "nucleus sampling mass (default: the model's)")->check(CLI::Range(0.0, 1.0));
-  app.add_option("--top-k", top_k, "keep the k most likely tokens (default: the model's)")->check(CLI::NonNegativeNumber);
+  app.add_option("--top-k", top_k, "keep the k most likely tokens (default: the model's)")->check(kNonNegative);
   app.add_option("--seed", seed, "sampling seed");
   app.add_option("--chat-template", chat_template_file, "a Jinja chat template file (default: the model's own)");
   app.add_flag("--no-think", no_think, "pass enable_thinking=false to the template (Qwen3 / Qwen3.5)");
@@ -62,8 +62,7 @@ int run_chat(int argc, char** argv) {
   if (top_p) sampling.top_p = float(*top_p);
   if (top_k) sampling.top_k = *top_k;
   sampling.seed = seed;
-  std::fprintf(stderr, "weft: %s%s\n", defaults.value().describe().c_str(),
-               temp || top_p || top_k ? " (overridden by flags)" : "");
+  std::fprintf(stderr, "weft: %s\n", defaults.value().describe_effective(sampling, temp || top_p || top_k).c_str());
 
   std::vector<int32_t> eos = c.eos_token_ids;
   for (int32_t e : tokenizer.value().eos_ids()) eos.push_back(e);

@@ -24,7 +24,7 @@ int run_convert(int argc, char** argv) {
       ->capture_default_str();
   int threads = 0;
   app.add_option("--threads", threads, "quantizer threads (0 = all cores; the file is the same for any count)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   bool quiet = false;
   app.add_flag("-q,--quiet", quiet, "no progress lines on stderr");
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;

@@ -74,11 +74,11 @@ int run_fidelity_cmd(int argc, char** argv) {
                  "quantize, in a temporary directory) and the reference arm's KV type; the scheme of the model "
                  "itself (bf16 / keep) is the reference and is skipped");
   app.add_option("--ctx", ctx, "tokens to feed (the first N); default all, capped by max_position_embeddings")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   app.add_option("--batch", batch, "tokens per lockstep chunk; memory is arms x batch x vocab floats")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   app.add_option("--threads", threads, "worker threads per session (0 = all cores); results do not depend on it")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   app.add_option("--out", out_dir, "write results.json, report.md and kl_by_depth.svg here");
   std::string device;
   add_device_flag(app, &device);

@@ -52,9 +52,9 @@ int run_generate(int argc, char** argv) {
   app.add_option("-m,--model", model_dir, "model directory (HF format) or .gguf file; default: the built-in model");
   app.add_option("--ids-file", ids_files, "prompt as token ids (whitespace/comma separated); repeatable");
   app.add_option("-p,--prompt", prompts, "prompt text (needs tokenizer.json in the model dir, or a GGUF tokenizer); repeatable");
-  app.add_option("-n,--n-tokens", n, "tokens to generate per input")->check(CLI::NonNegativeNumber);
-  app.add_option("--temp", so.temperature, "temperature (0 = greedy; default: the model's generation_config.json)")->check(CLI::NonNegativeNumber);
-  app.add_option("--top-k", so.top_k, "keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
+  app.add_option("-n,--n-tokens", n, "tokens to generate per input")->check(kNonNegative);
+  app.add_option("--temp", so.temperature, "temperature (0 = greedy; default: the model's generation_config.json)")->check(kNonNegative);
+  app.add_option("--top-k", so.top_k, "keep the k most likely tokens (0 = off)")->check(kNonNegative);
   app.add_option("--top-p", so.top_p, "nucleus sampling mass (1 = off)")->check(CLI::Range(0.0, 1.0));
   app.add_option("--min-p", so.min_p, "drop tokens below min_p x p(top) (0 = off)")->check(CLI::Range(0.0, 1.0));
   app.add_option("--seed", so.seed, "sampling seed (each input's sampler starts from it)");
@@ -81,8 +81,8 @@ int run_generate(int argc, char** argv) {
     if (!app.count("--top-k")) so.top_k = d.top_k;
     if (!app.count("--top-p")) so.top_p = d.top_p;
     if (!app.count("--min-p")) so.min_p = d.min_p;
-    std::fprintf(stderr, "weft: %s%s\n", defaults.value().describe().c_str(),
-                 app.count("--temp") + app.count("--top-k") + app.count("--top-p") + app.count("--min-p") ? " (flags override)" : "");
+    const bool flags = app.count("--temp") + app.count("--top-k") + app.count("--top-p") + app.count("--min-p") > 0;
+    std::fprintf(stderr, "weft: %s\n", defaults.value().describe_effective(so, flags).c_str());
   }
   const ModelConfig& c = model.value()->config();
   std::optional<Tokenizer> tokenizer;

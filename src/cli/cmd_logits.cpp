@@ -22,7 +22,7 @@ int run_logits(int argc, char** argv) {
   app.add_option("-o,--out", out_path, "output .safetensors (tensor 'logits' f32 [T, V])")->required();
   app.add_option("--threads", threads, "worker threads (0 = all cores); results do not depend on it")
       ->check(CLI::Range(0, 1024));
-  app.add_option("--batch", batch, "tokens per forward call (rounded up to a multiple of 64, the prefill chunk; results do not depend on it)")->check(CLI::PositiveNumber);
+  app.add_option("--batch", batch, "tokens per forward call (rounded up to a multiple of 64, the prefill chunk; results do not depend on it)")->check(kPositive);
   run.add(app);
   if (int rc = run.parse(app, argc, argv); rc >= 0) return rc;
   auto ids = read_ids_file(ids_file);

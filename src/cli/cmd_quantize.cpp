@@ -21,7 +21,7 @@ int run_quantize(int argc, char** argv) {
   app.add_option("--type", type, "f32, f16, bf16, q8_0, q4_0, q6_k, q4_k_m, q5_k_m")->required();
   int threads = 0;
   app.add_option("--threads", threads, "quantizer threads (0 = all cores; the file is the same for any count)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   bool quiet = false;
   app.add_flag("-q,--quiet", quiet, "no progress lines on stderr");
   if (int rc = parse_or_exit(app, argc, argv); rc >= 0) return rc;

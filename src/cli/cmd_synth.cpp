@@ -42,7 +42,7 @@ int run_synth(int argc, char** argv) {
       ->check(CLI::IsMember({"bf16", "f16", "f32"}))
       ->capture_default_str();
   app.add_option("--threads", threads, "generator and quantizer threads (0 = all cores; output is identical)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   std::string format = "hf", weight_type = "keep";
   app.add_option("--format", format, "hf (a model directory) or gguf (one .gguf file at --out)")
       ->check(CLI::IsMember({"hf", "gguf"}))

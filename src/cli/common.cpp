@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -159,7 +160,7 @@ Status check_bench_context(const ModelConfig& c, const std::vector<int64_t>& dep
 void add_ctx_max_flag(CLI::App& app, int64_t* ctx_max) {
   app.add_option("--ctx-max", *ctx_max,
                  "longest context allowed; default: the model's max_position_embeddings (config.json)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
 }
 
 Result<std::vector<int32_t>> parse_ids(const std::string& text, const std::string& source) {
@@ -245,6 +246,36 @@ Result<KvOptions> KvFlags::resolve() const {
                          "the f16/f32 caches are never rotated");
   return o;
 }
+
+namespace {
+
+// Whether all of s is a number (strtod's syntax), and its value; a value that is not a number is
+// left to the option's own conversion, which names it.
+struct Number {
+  bool parsed = false;
+  double value = 0;
+};
+Number number_of(const std::string& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  return {!s.empty() && end == s.c_str() + s.size(), v};
+}
+
+// "" when s is acceptable; NaN and infinities never are.
+std::string check_number(const std::string& s, bool allow_zero) {
+  const Number n = number_of(s);
+  if (!n.parsed) return "";
+  if (!std::isfinite(n.value)) return s + " is not a finite number";
+  if (allow_zero && n.value < 0) return s + " is negative; it must be 0 or more";
+  if (!allow_zero && !(n.value > 0)) return s + " is not positive; it must be more than 0";
+  return "";
+}
+
+}  // namespace
+
+const CLI::Validator kNonNegative([](std::string& s) { return check_number(s, true); }, "NUMBER >= 0",
+                                  "NonNegative");
+const CLI::Validator kPositive([](std::string& s) { return check_number(s, false); }, "NUMBER > 0", "Positive");
 
 int parse_or_exit(CLI::App& app, int argc, char** argv) {
   // llama.cpp spells the per-tensor KV flags -ctk / -ctv; CLI11 takes only one-letter short

@@ -68,6 +68,12 @@ struct KvFlags {
   Result<KvOptions> resolve() const;
 };
 
+// Checks for numeric flags. CLI11's NonNegativeNumber / PositiveNumber print their range up to
+// DBL_MAX written out in full (a 300-digit number); these say what is wanted in words. A value
+// that is not a number passes through to the option's own conversion, which names it.
+extern const CLI::Validator kNonNegative;  // "--temp: -1 is negative; it must be 0 or more"
+extern const CLI::Validator kPositive;     // "--repeats: 0 is not positive; it must be more than 0"
+
 // Runs CLI11 parsing; returns -1 to continue, or the exit code (0 for --help, 2 for bad usage).
 int parse_or_exit(CLI::App& app, int argc, char** argv);
 

@@ -21,6 +21,13 @@ std::string GenerationDefaults::describe() const {
   return buf;
 }
 
+std::string GenerationDefaults::describe_effective(const SamplerOptions& effective, bool flags_given) const {
+  GenerationDefaults e = *this;
+  e.sampling = effective;
+  if (flags_given) e.source = "flags over " + source;
+  return e.describe();
+}
+
 namespace {
 
 Status read_number(const nlohmann::json& j, const char* key, double lo, double hi, double* out) {

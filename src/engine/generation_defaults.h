@@ -17,6 +17,9 @@ struct GenerationDefaults {
   std::string source;       // the file read, or why none was
   // One line for the start-up banner: "sampling: temperature 0.6, top_k 20, top_p 0.95 (from ...)".
   std::string describe() const;
+  // The same line for what will actually run once flags have changed some settings:
+  // "sampling: temperature 0.5, top_k 20, ... (flags over <source>)".
+  std::string describe_effective(const SamplerOptions& effective, bool flags_given) const;
 };
 
 // model_path: a model directory or a .gguf file. A generation_config.json that exists but is not
