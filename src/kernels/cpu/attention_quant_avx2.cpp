@@ -70,6 +70,7 @@ __m256 scores_tile(const uint8_t* row, const AttnQTile* tile, int64_t nb) {
       const BlockQ4_0& k = reinterpret_cast<const BlockQ4_0*>(row)[b];
       const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(k.qs)), low4 = _mm_set1_epi8(0x0f);
       const __m256i ku = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low4), _mm_and_si128(raw, low4));
+#pragma GCC unroll 8
       for (int h = 0; h < 8; ++h)
         p[h] = _mm256_madd_epi16(_mm256_maddubs_epi16(ku, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.qs[h]))), ones);
       dk = _cvtsh_ss(k.d);
@@ -77,6 +78,7 @@ __m256 scores_tile(const uint8_t* row, const AttnQTile* tile, int64_t nb) {
       const BlockQ8_0& k = reinterpret_cast<const BlockQ8_0*>(row)[b];
       const __m256i kq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k.qs));
       const __m256i ka = _mm256_sign_epi8(kq, kq);
+#pragma GCC unroll 8
       for (int h = 0; h < 8; ++h) {
         const __m256i qs = _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.qs[h])), kq);
         p[h] = _mm256_madd_epi16(_mm256_maddubs_epi16(ka, qs), ones);
