@@ -148,6 +148,15 @@ TEST_F(BadInputTest, MissingModelDir) {
                    "does not exist");
 }
 
+// A -m that names a file which is not a GGUF (a text file, a safetensors file given instead of its
+// directory) says so, rather than that nothing exists there.
+TEST_F(BadInputTest, ModelPathThatIsAFileButNotGguf) {
+  const std::string f = dir_ + "/notes.txt";
+  std::ofstream(f) << "not a model\n";
+  expect_load_fails("a plain file", f, "neither a model directory nor a GGUF file");
+  expect_cli_fails("info, a plain file", "info -m " + f, 1, "neither a model directory nor a GGUF file");
+}
+
 TEST_F(BadInputTest, DirWithoutConfig) {
   fs::create_directories(dir_ + "/empty");
   expect_load_fails("no config.json", dir_ + "/empty", "config.json");

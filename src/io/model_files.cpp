@@ -23,8 +23,11 @@ Result<nlohmann::json> read_json(const std::string& path) {
 
 Result<std::unique_ptr<ModelFiles>> ModelFiles::open(const std::string& dir) {
   std::error_code ec;
-  if (!fs::is_directory(dir, ec))
+  if (!fs::is_directory(dir, ec)) {
+    if (fs::exists(dir, ec))
+      return Status::error("'" + dir + "' is a file but neither a model directory nor a GGUF file (it does not start with the GGUF magic)");
     return Status::error("model directory '" + dir + "' does not exist or is not a directory");
+  }
   auto files = std::make_unique<ModelFiles>();
   files->dir_ = dir;
   auto config = read_json(dir + "/config.json");
