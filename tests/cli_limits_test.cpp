@@ -176,5 +176,19 @@ TEST_F(CliLimitsTest, BadNumericFlagsSayWhatIsWanted) {
   EXPECT_NE(ok.out.find("flags over"), std::string::npos) << ok.out;
 }
 
+// Progress on a pipe or in a log file is lines, not carriage returns: each printed update ends
+// in a newline and the last one (the total) is always printed.
+TEST_F(CliLimitsTest, ProgressIsLinesWhenStderrIsNotATerminal) {
+  const std::string shipped = test::source_dir() + "/models/weft-tiny-hybrid";
+  CliResult g = run_weft("generate -m " + shipped + " --ids-file " + ids_file(2100) + " -n 1 --json");
+  ASSERT_EQ(g.rc, 0) << g.out;
+  EXPECT_NE(g.out.find("weft: prefill 2100 / 2100 tokens\n"), std::string::npos) << g.out;
+  CliResult b = run_weft("bench -m " + shipped + " --ctx 64 --arms f16,q8_0 --repeats 2 --gen 2 --bandwidth-mib 8");
+  ASSERT_EQ(b.rc, 0) << b.out;
+  EXPECT_NE(b.out.find("[bench] prefill 64/64"), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("repeat 2/2  q8_0"), std::string::npos) << b.out;
+  for (const CliResult* r : {&g, &b}) EXPECT_EQ(r->out.find('\r'), std::string::npos) << r->out;
+}
+
 }  // namespace
 }  // namespace weft

@@ -10,6 +10,7 @@
 
 #include "cli/command.h"
 #include "cli/common.h"
+#include "core/progress_line.h"
 #include "core/mapped_file.h"
 #include "io/tokenizer.h"
 #include "lab/fidelity.h"
@@ -151,18 +152,12 @@ int run_fidelity_cmd(int argc, char** argv) {
   opts.batch = batch;
   opts.threads = threads;
   opts.device = dev.value();
-  const bool tty = isatty(fileno(stderr));
   const auto start = std::chrono::steady_clock::now();
-  double last_print = -1;
+  ProgressLine line;
   opts.progress = [&](int64_t done, int64_t total) {
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    // A line per second at most (every chunk on a terminal, where \r rewrites it in place).
-    if (done < total && !tty && el - last_print < 1.0) return;
-    if (done < total && tty && el - last_print < 0.2) return;
-    last_print = el;
-    std::fprintf(stderr, "%sfidelity: %lld / %lld tokens, %.1f tok/s, %.1f s%s", tty ? "\r" : "", (long long)done,
-                 (long long)total, el > 0 ? double(done) / el : 0.0, el, tty && done < total ? "" : "\n");
-    std::fflush(stderr);
+    line.update(done >= total, "fidelity: %lld / %lld tokens, %.1f tok/s, %.1f s", (long long)done, (long long)total,
+                el > 0 ? double(done) / el : 0.0, el);
   };
   // Weight arms: the model re-encoded per scheme (kept alive for the run).
   std::vector<std::unique_ptr<Model>> weight_models;

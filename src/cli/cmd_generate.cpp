@@ -13,6 +13,7 @@
 
 #include "cli/command.h"
 #include "cli/common.h"
+#include "core/progress_line.h"
 #include "io/chat_template.h"
 #include "io/model_files.h"
 #include "engine/engine.h"
@@ -151,9 +152,9 @@ int run_generate(int argc, char** argv) {
   // Bound before the clock starts: the one-time copy / upload is not prefill.
   if (Status s = engine.bind_weights(); !s.ok()) return fail(s);
   auto t0 = std::chrono::steady_clock::now();
+  ProgressLine line;
   auto progress = [&](int64_t done, int64_t total) {
-    if (total >= 2048) std::fprintf(stderr, "\rweft: prefill %lld / %lld tokens", (long long)done, (long long)total);
-    if (total >= 2048 && done == total) std::fprintf(stderr, "\n");
+    if (total >= 2048) line.update(done == total, "weft: prefill %lld / %lld tokens", (long long)done, (long long)total);
   };
   if (Status s = engine.prefill(prefill, progress); !s.ok()) return fail(s);
   const double prefill_s = seconds_since(t0);

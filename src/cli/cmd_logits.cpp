@@ -5,6 +5,7 @@
 
 #include "cli/command.h"
 #include "cli/common.h"
+#include "core/progress_line.h"
 #include "engine/session.h"
 #include "io/safetensors.h"
 
@@ -45,18 +46,14 @@ int run_logits(int argc, char** argv) {
   if (!writer.ok()) return fail(writer.status());
   const int64_t rows = std::min(session.batch(), T);
   std::vector<float> logits(static_cast<size_t>(rows * V));
-  int64_t reported = 0;
+  ProgressLine line;
   for (int64_t done = 0; done < T;) {
     const int64_t m = std::min(rows, T - done);
     Status s = session.feed(ids->data() + done, m, logits.data(), nullptr);
     if (s.ok()) s = writer.value()->append(logits.data(), size_t(m * V) * sizeof(float));
     if (!s.ok()) return fail(s);  // the writer's destructor removes the partial temp file
     done += m;
-    if (T >= 2048 && (done - reported >= 1024 || done == T)) {
-      std::fprintf(stderr, "\rweft: teacher-forced %lld / %lld tokens%s", (long long)done, (long long)T,
-                   done == T ? "\n" : "");
-      reported = done;
-    }
+    if (T >= 2048) line.update(done == T, "weft: teacher-forced %lld / %lld tokens", (long long)done, (long long)T);
   }
   if (Status s = writer.value()->finish(); !s.ok()) return fail(s);
   std::fprintf(stderr, "weft: wrote logits [%lld, %lld] to %s\n", (long long)T, (long long)V, out_path.c_str());

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "core/progress_line.h"
 #include "core/thread_pool.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
@@ -186,17 +187,17 @@ Result<BenchResult> run_bench(const Model& model, const std::string& model_name,
       const auto t0 = Clock::now();
       // Chunks of 8 batches: a progress line without disturbing the batch shape.
       const int64_t chunk = opt.prefill_batch * 8;
+      ProgressLine line;
       for (int64_t p = from; p < fed;) {
         const int64_t n = std::min(chunk, fed - p);
         WEFT_RETURN_IF_ERROR(prefill->feed(stream.data() + p, n, nullptr, p + n == fed ? logits.data() : nullptr));
         p += n;
         if (opt.progress)
-          std::fprintf(stderr, "\r[bench] prefill %lld/%lld  %.1f tok/s   ", (long long)p, (long long)fed,
-                       double(p - from) / seconds_since(t0));
+          line.update(p == fed, "[bench] prefill %lld/%lld  %.1f tok/s", (long long)p, (long long)fed,
+                      double(p - from) / seconds_since(t0));
       }
       d.prefill_s = seconds_since(t0);
       d.prefill_tok_s = double(d.prefill_tokens) / d.prefill_s;
-      if (opt.progress) std::fprintf(stderr, "\n");
       first = argmax(logits.data(), V);
       snapshot.assign_from(prefill->state().recurrent());
     }
@@ -231,6 +232,7 @@ Result<BenchResult> run_bench(const Model& model, const std::string& model_name,
 
     // Interleaved repeats A B A B ...: a drift in machine speed hits every arm alike. Repeat -1
     // is an untimed warm-up per arm (first touch of decode buffers, the arm's pages into cache).
+    ProgressLine line;
     for (int rep = -1; rep < opt.repeats; ++rep) {
       for (size_t a = 0; a < opt.arms.size(); ++a) {
         Session& s = *sessions[a];
@@ -247,11 +249,10 @@ Result<BenchResult> run_bench(const Model& model, const std::string& model_name,
         if (meter) d.arms[a].joules.push_back(meter->end());
         d.arms[a].tok_s.push_back(double(opt.gen) / secs);
         if (opt.progress)
-          std::fprintf(stderr, "\r[bench] ctx %lld  repeat %d/%d  %-5s %.2f tok/s      ", (long long)depth, rep + 1,
-                       opt.repeats, dtype_name(opt.arms[a]), double(opt.gen) / secs);
+          line.update(rep + 1 == opt.repeats && a + 1 == opt.arms.size(), "[bench] ctx %lld  repeat %d/%d  %-5s %.2f tok/s",
+                      (long long)depth, rep + 1, opt.repeats, dtype_name(opt.arms[a]), double(opt.gen) / secs);
       }
     }
-    if (opt.progress) std::fprintf(stderr, "\n");
 
     const double bw = r.bandwidth.gb_s * 1e9;
     for (BenchArmResult& ar : d.arms) {
