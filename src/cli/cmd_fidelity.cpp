@@ -2,7 +2,6 @@
 // ΔNLL / perplexity ratio, Δp), overall and by context depth. Definitions: src/lab/fidelity.h.
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -10,8 +9,8 @@
 
 #include "cli/command.h"
 #include "cli/common.h"
-#include "core/progress_line.h"
 #include "core/mapped_file.h"
+#include "core/progress_line.h"
 #include "io/tokenizer.h"
 #include "lab/fidelity.h"
 #include "model/gguf_convert.h"
@@ -152,10 +151,9 @@ int run_fidelity_cmd(int argc, char** argv) {
   opts.batch = batch;
   opts.threads = threads;
   opts.device = dev.value();
-  const auto start = std::chrono::steady_clock::now();
   ProgressLine line;
   opts.progress = [&](int64_t done, int64_t total) {
-    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double el = line.seconds();
     line.update(done >= total, "fidelity: %lld / %lld tokens, %.1f tok/s, %.1f s", (long long)done, (long long)total,
                 el > 0 ? double(done) / el : 0.0, el);
   };

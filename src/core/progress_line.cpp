@@ -11,8 +11,12 @@ ProgressLine::ProgressLine() : tty_(isatty(fileno(stderr)) != 0), start_(std::ch
 
 ProgressLine::~ProgressLine() { finish(); }
 
+double ProgressLine::seconds() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
 void ProgressLine::update(bool final, const char* format, ...) {
-  const double now = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double now = seconds();
   if (!final && now - last_ < (tty_ ? 0.2 : 1.0)) return;
   last_ = now;
   char text[512];

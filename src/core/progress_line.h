@@ -19,7 +19,8 @@ class ProgressLine {
   void update(bool final, const char* format, ...) __attribute__((format(printf, 3, 4)));
   // Ends a line left open on a terminal (a no-op otherwise); the destructor calls it.
   void finish();
-  bool terminal() const { return tty_; }
+  // Seconds since the line was made (its rate limit and the callers' tok/s use the one clock).
+  double seconds() const;
 
  private:
   bool tty_ = false;
