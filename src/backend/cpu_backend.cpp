@@ -50,9 +50,7 @@ std::string CpuBackend::weights_where() const {
 }
 
 float* CpuBackend::buffer(Buf role, int64_t n) {
-  AlignedVector<float>& v = buffers_[size_t(role)];
-  if (v.size() < size_t(n)) v.resize(size_t(n));
-  return v.data();
+  return buffers_[size_t(role)].resize(size_t(n));
 }
 
 PageAllocator& CpuBackend::allocator() { return host_allocator(); }

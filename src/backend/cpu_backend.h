@@ -11,7 +11,7 @@
 #include "backend/backend.h"
 #include "backend/host_weight_copy.h"
 #include "backend/moe_route_host.h"
-#include "core/aligned_vector.h"
+#include "core/scratch_array.h"
 #include "core/thread_pool.h"
 
 namespace weft {
@@ -86,7 +86,7 @@ class CpuBackend final : public Backend {
   void for_calls(int64_t n, const Fn& call);
 
   ThreadPool pool_;
-  std::array<AlignedVector<float>, size_t(Buf::kCount)> buffers_;  // 64-byte aligned (SIMD loads)
+  std::array<ScratchArray, size_t(Buf::kCount)> buffers_;  // page-aligned, huge pages when large
   MoeRoutingHost routing_;  // MoE routing arrays (host: this backend's memory)
 };
 

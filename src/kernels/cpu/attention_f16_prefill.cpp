@@ -4,6 +4,7 @@
 // decode twin and the frozen kernel, plus the scalar twins of the two vector primitives. This file is built without -mfma on purpose: the softmax and the
 // merge formulas must round exactly as attention_f16.cpp's (multiply, then add).
 #include "kernels/cpu/attention_f16_prefill.h"
+#include "kernels/cpu/expf_twin.h"
 
 #include <algorithm>
 #include <cmath>
@@ -60,7 +61,7 @@ void accumulate_v_scalar(const uint16_t* const* v_rows, const int64_t* n_row, in
   }
 }
 
-const AttnF16PrefillOps kScalarOps = {scores_scalar, accumulate_v_scalar};
+const AttnF16PrefillOps kScalarOps = {scores_scalar, accumulate_v_scalar, exp_sub_inplace_scalar};
 
 // ---- attention_f16.cpp's softmax and merge, operation for operation ----
 
@@ -77,6 +78,46 @@ void softmax_chunk(float* s, int64_t n, float* m_out, float* l_out, EachExp each
   }
   *m_out = m;
   *l_out = l;
+}
+
+// softmax_chunk for rows [r0, r1) of a chunk's scores (row r at s + r·stride, n_row[r] keys), with
+// the exps of a row computed together by exp_sub (same bits as std::exp's loop) and then
+// l = Σ p in key order, four rows' sums side by side: each row's chain of adds is its own, in its
+// own order, so interleaving only keeps more of them in flight (one add per 4-cycle latency).
+void softmax_rows(float* s, int64_t stride, const int64_t* n_row, int64_t r0, int64_t r1, float* m_out, float* l_out,
+                  void (*exp_sub)(float*, int64_t, float)) {
+  for (int64_t r = r0; r < r1; ++r) {
+    float* row = s + r * stride;
+    m_out[r] = row_max(row, n_row[r]);
+    exp_sub(row, n_row[r], m_out[r]);
+  }
+  int64_t r = r0;
+  for (; r + 4 <= r1; r += 4) {
+    const float* p0 = s + r * stride;
+    const float* p1 = p0 + stride;
+    const float* p2 = p1 + stride;
+    const float* p3 = p2 + stride;
+    const int64_t n0 = n_row[r], n1 = n_row[r + 1], n2 = n_row[r + 2], n3 = n_row[r + 3];
+    const int64_t common = std::min(std::min(n0, n1), std::min(n2, n3));
+    float l0 = 0, l1 = 0, l2 = 0, l3 = 0;
+    for (int64_t j = 0; j < common; ++j) {
+      l0 += p0[j];
+      l1 += p1[j];
+      l2 += p2[j];
+      l3 += p3[j];
+    }
+    for (int64_t j = common; j < n0; ++j) l0 += p0[j];
+    for (int64_t j = common; j < n1; ++j) l1 += p1[j];
+    for (int64_t j = common; j < n2; ++j) l2 += p2[j];
+    for (int64_t j = common; j < n3; ++j) l3 += p3[j];
+    l_out[r] = l0, l_out[r + 1] = l1, l_out[r + 2] = l2, l_out[r + 3] = l3;
+  }
+  for (; r < r1; ++r) {
+    const float* p = s + r * stride;
+    float l = 0;
+    for (int64_t j = 0; j < n_row[r]; ++j) l += p[j];
+    l_out[r] = l;
+  }
 }
 
 // Merges partial (m2, l2, acc2) into the running state (m1, l1, acc1) of one head.
@@ -178,8 +219,7 @@ void run(const KvLayerView& kv, const AttentionArgs& a, ThreadPool* pool, int64_
       float* s = sc.s.data();
       o.scores(sc.q.data() + r0 * hd, rows - r0, sc.k_rows.data(), n, hd, a.scale, sc.kbuf.data(),
                s + r0 * kAttnChunk, kAttnChunk);
-      for (int64_t r = r0; r < rows; ++r)
-        softmax_chunk(s + r * kAttnChunk, sc.n_row[size_t(r)], &sc.mc[size_t(r)], &sc.lc[size_t(r)], [] {});
+      softmax_rows(s, kAttnChunk, sc.n_row.data(), r0, rows, sc.mc.data(), sc.lc.data(), o.exp_sub);
       o.accumulate_v(sc.v_rows.data(), sc.n_row.data() + r0, rows - r0, s + r0 * kAttnChunk, kAttnChunk, hd,
                      sc.vbuf.data(), sc.acc.data() + r0 * hd);
       for (int64_t r = r0; r < rows; ++r) {

@@ -27,8 +27,8 @@
 // layers) at a 4096-token prefill from position 0: Σ_t (t + 1) = 8,390,656 (query, key) pairs
 // per head.
 //  * FLOPs per layer: QK = PV = 8.39e6 pairs · 4 heads · 256 · 2 = 17.2 GFLOP, so 34.4 GFLOP
-//    per layer, 68.7 GFLOP for the 2 layers; plus 33.6 M std::exp per layer (one per pair and
-//    head, kept as scalar libm calls: they are part of the bits).
+//    per layer, 68.7 GFLOP for the 2 layers; plus 33.6 M expf per layer (one per pair and
+//    head: libm's bits, computed 8 or 16 at a time by expf_twin.h's vector twin of libm).
 //  * Bytes per layer that must move: the f16 cache K + V = 4096 · 2 kv heads · 256 · 2 B · 2 =
 //    8 MiB, q and out in f32 = 16 MiB each. attention_f16's prefill re-reads and re-widens K
 //    and V once per query token: 8.39e6 · 2 kv heads · 1 KiB = 17.2 GB of K/V reads per layer
@@ -92,6 +92,9 @@ struct AttnF16PrefillOps {
   // floats.
   void (*accumulate_v)(const uint16_t* const* v_rows, const int64_t* n_row, int64_t rows, const float* p,
                        int64_t p_stride, int64_t hd, float* vbuf, float* acc);
+  // s[j] = std::exp(s[j] - m) for j < n, libm's bits (expf_twin.h: the vector twin where it has
+  // been checked against this process's libm, std::exp otherwise).
+  void (*exp_sub)(float* s, int64_t n, float m);
 };
 
 // K rows widened per pass of the scores kernel (each then serves every query row of the task);

@@ -15,6 +15,7 @@
 #include "core/dtype.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_f16_prefill.h"
+#include "kernels/cpu/expf_twin.h"
 
 namespace weft {
 
@@ -212,7 +213,7 @@ void accumulate_v_avx2(const uint16_t* const* v_rows, const int64_t* n_row, int6
   }
 }
 
-const AttnF16PrefillOps kAvx2Ops = {scores_avx2, accumulate_v_avx2};
+const AttnF16PrefillOps kAvx2Ops = {scores_avx2, accumulate_v_avx2, exp_sub_inplace};
 
 }  // namespace
 

@@ -26,6 +26,7 @@
 #include "core/dtype.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_f16_prefill.h"
+#include "kernels/cpu/expf_twin.h"
 #include "kernels/cpu/spread_prefetch.h"
 
 namespace weft {
@@ -285,7 +286,7 @@ void accumulate_v_avx512(const uint16_t* const* v_rows, const int64_t* n_row, in
   }
 }
 
-const AttnF16PrefillOps kAvx512Ops = {scores_avx512, accumulate_v_avx512};
+const AttnF16PrefillOps kAvx512Ops = {scores_avx512, accumulate_v_avx512, exp_sub_inplace};
 
 }  // namespace
 
