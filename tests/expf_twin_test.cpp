@@ -4,6 +4,7 @@
 // lengths. DISABLED_AllInputs compares all 2^32 (about a minute; run it where libm changes).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -12,6 +13,7 @@
 
 #include "core/cpu_features.h"
 #include "kernels/cpu/expf_twin.h"
+#include "kernels/cpu/ops.h"
 
 namespace weft {
 namespace {
@@ -95,6 +97,22 @@ TEST(ExpfTwin, ExpSubEqualsTheScalarLoopAtOddLengths) {
       if (t.fn == expf_twin_avx2) exp_sub_avx2(v.data(), n, m);
       else exp_sub_avx512(v.data(), n, m);
       EXPECT_EQ(std::memcmp(want.data(), v.data(), size_t(n) * 4), 0) << t.name << " n " << n;
+    }
+  }
+}
+
+TEST(ExpfTwin, SiluInplaceEqualsOpsSilu) {
+  // Every 97th bit pattern (all classes of input) and odd lengths around the 256-value blocks.
+  std::vector<float> x;
+  for (uint64_t b = 0; b < (uint64_t(1) << 32); b += 97 * 4099) x.push_back(from_bits(uint32_t(b)));
+  for (float v : {0.0f, -0.0f, 88.0f, -88.0f, 100.0f, -100.0f, INFINITY, -INFINITY}) x.push_back(v);
+  for (int64_t n : {int64_t(1), int64_t(255), int64_t(256), int64_t(257), int64_t(x.size())}) {
+    std::vector<float> got(x.begin(), x.begin() + n);
+    silu_inplace(got.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      const float want = silu(x[size_t(i)]);
+      ASSERT_TRUE(bits_of(got[size_t(i)]) == bits_of(want) || (std::isnan(want) && std::isnan(got[size_t(i)])))
+          << "silu(" << std::hexfloat << x[size_t(i)] << ")";
     }
   }
 }

@@ -2,6 +2,7 @@
 // reproduce this process's std::exp; std::exp otherwise), and that check.
 #include "kernels/cpu/expf_twin.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -69,6 +70,23 @@ void exp_sub_inplace(float* s, int64_t n, float m) {
     case Path::kAvx512: exp_sub_avx512(s, n, m); break;
     case Path::kAvx2: exp_sub_avx2(s, n, m); break;
     default: exp_sub_inplace_scalar(s, n, m); break;
+  }
+}
+
+void silu_inplace(float* x, int64_t n) {
+  // exp(-x) a block at a time (the twin: libm's bits), then silu's own division.
+  constexpr int64_t kBlock = 256;
+  alignas(64) float e[kBlock];
+  const Path path = chosen_path();
+  for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+    const int64_t nb = std::min(kBlock, n - i0);
+    for (int64_t j = 0; j < nb; ++j) e[j] = -x[i0 + j];
+    switch (path) {
+      case Path::kAvx512: expf_twin_avx512(e, e, nb); break;
+      case Path::kAvx2: expf_twin_avx2(e, e, nb); break;
+      default: for (int64_t j = 0; j < nb; ++j) e[j] = std::exp(e[j]); break;
+    }
+    for (int64_t j = 0; j < nb; ++j) x[i0 + j] = x[i0 + j] / (1.0f + e[j]);
   }
 }
 

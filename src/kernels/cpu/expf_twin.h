@@ -26,6 +26,8 @@ namespace weft {
 void exp_sub_inplace(float* s, int64_t n, float m);
 // The scalar form (std::exp), for the scalar twins and tests.
 void exp_sub_inplace_scalar(float* s, int64_t n, float m);
+// x[i] = silu(x[i]) = x[i] / (1 + expf(-x[i])) for i < n, ops.h's silu bit for bit.
+void silu_inplace(float* x, int64_t n);
 
 // Whether the vector twin reproduces this process's std::exp (checked once, then cached).
 bool expf_twin_matches_libm();

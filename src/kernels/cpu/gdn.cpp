@@ -6,6 +6,7 @@
 
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/expf_twin.h"
 #include "kernels/cpu/ops.h"
 
 namespace weft {
@@ -26,8 +27,9 @@ void causal_conv1d_silu_channels(float* x, int64_t T, int64_t channels, const fl
     for (int64_t c = c0; c < c1; ++c) {
       float s = 0;
       for (int64_t j = 0; j < kernel; ++j) s += w[c * kernel + j] * window[size_t((t + j) * width + (c - c0))];
-      x[t * channels + c] = silu(s);
+      x[t * channels + c] = s;
     }
+    silu_inplace(x + t * channels + c0, width);  // ops.h's silu, exps through the expf twin
   }
   for (int64_t i = 0; i < hist; ++i)
     std::memcpy(state + i * channels + c0, window.data() + (T + i) * width, size_t(width) * sizeof(float));

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/vec_convert.h"
+
 namespace weft {
 
 void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
@@ -60,11 +62,8 @@ void dequantize_row_q4_0(const BlockQ4_0* x, float* y, int64_t n) {
 void encode_kv_row(DType type, const float* src, uint8_t* dst, int64_t n) {
   switch (type) {
     case DType::kF32: std::memcpy(dst, src, size_t(n) * 4); break;
-    case DType::kF16: {
-      auto* d = reinterpret_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
-      break;
-    }
+    // F16C where the CPU has it, the same bits as f32_to_f16 (vec_convert.h).
+    case DType::kF16: convert_row_f32_to_f16(src, reinterpret_cast<uint16_t*>(dst), n); break;
     case DType::kQ8_0: quantize_row_q8_0(src, reinterpret_cast<BlockQ8_0*>(dst), n); break;
     case DType::kQ4_0: quantize_row_q4_0(src, reinterpret_cast<BlockQ4_0*>(dst), n); break;
     default: assert(false && "unsupported KV type");
