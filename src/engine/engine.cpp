@@ -9,7 +9,7 @@ namespace weft {
 
 Engine::Engine(const Model& model, const EngineOptions& options)
     : model_(model), options_(options), backend_(make_backend_or_throw({options.device, options.threads})) {
-  if (options_.prefill_batch <= 0) options_.prefill_batch = prefill_rows_for_memory(model.config());
+  if (options_.prefill_batch <= 0) options_.prefill_batch = prefill_rows_for_model(model);
   options_.prefill_batch =
       std::max<int64_t>(1, (options_.prefill_batch + kPrefillChunk - 1) / kPrefillChunk) * kPrefillChunk;
 }

@@ -30,7 +30,7 @@ namespace weft {
 struct EngineOptions {
   int threads = 0;              // 0: one per hardware thread
   // Rows per prefill forward call, rounded up to a multiple of kPrefillChunk; 0: sized by memory
-  // (prefill_rows_for_memory). Results do not depend on it.
+  // (prefill_rows_for_model). Results do not depend on it.
   int64_t prefill_batch = 0;
   // Where the forward pass runs (commands check_device first). Last, so positional
   // initialisers written before it keep their meaning.

@@ -9,7 +9,7 @@ namespace weft {
 Session::Session(const Model& model, const SessionOptions& options)
     : model_(model), options_(options), backend_(make_backend_or_throw({options.device, options.threads})),
       state_(model.config(), options.kv, &backend_->allocator()) {
-  if (options_.batch <= 0) options_.batch = prefill_rows_for_memory(model.config());
+  if (options_.batch <= 0) options_.batch = prefill_rows_for_model(model);
   options_.batch = std::max<int64_t>(1, (options_.batch + kPrefillChunk - 1) / kPrefillChunk) * kPrefillChunk;
 }
 

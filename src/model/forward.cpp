@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "model/footprint.h"
 
 namespace weft {
 
@@ -424,6 +425,12 @@ int64_t prefill_rows_for_memory(const ModelConfig& c, int64_t budget_bytes) {
   const int64_t per_row = 4 * (3 * H + 5 * proj + c.rotary_dim + moe + 2 * c.shared_expert_intermediate_size);
   const int64_t rows = std::clamp<int64_t>(budget_bytes / std::max<int64_t>(1, per_row), kPrefillChunk, 4096);
   return rows / kPrefillChunk * kPrefillChunk;
+}
+
+int64_t prefill_rows_for_model(const Model& model) {
+  constexpr int64_t kBudget = int64_t(1) << 30, kFloor = int64_t(64) << 20;
+  const int64_t weights = int64_t(std::min<uint64_t>(compute_footprint(model).total_weight_bytes, uint64_t(kBudget)));
+  return prefill_rows_for_memory(model.config(), std::max(kFloor, weights));
 }
 
 Status forward(const Model& model, Backend& backend, const SequenceRows& rows) {

@@ -38,6 +38,12 @@ enum class RowNumerics { kPrefill, kDecode };
 // [kPrefillChunk, 4096]. Bigger calls read each weight (and each MoE expert) fewer times per
 // prompt; the result does not depend on the size (split invariance).
 int64_t prefill_rows_for_memory(const ModelConfig& config, int64_t budget_bytes = int64_t(1) << 30);
+// The engine's choice for a model: prefill_rows_for_memory with the budget capped at the model's
+// weight bytes (at least 64 MiB). A call only has to be large enough to amortise one pass over
+// the weights; for a model smaller than the 1 GiB budget, larger calls only touch more fresh
+// scratch and push activations out of cache (the shipped 39 MiB model: 4096-row calls were 0.89x
+// the speed of 1408-row ones on a 4096-token prompt, docs/results.md 8.10).
+int64_t prefill_rows_for_model(const Model& model);
 
 struct SequenceRows {
   ModelState* state = nullptr;  // the sequence: its rows sit at positions [state->position(), + n)
