@@ -165,8 +165,30 @@ struct Layer {
   std::vector<float> k, v;  // the f32 rows appended, [len, n_kv, hd]
 };
 
+// Blocks of 32 values with the inputs a quantizer can get wrong: all zeros, all -0, the largest
+// magnitude twice with both signs (either first), subnormals only, equal values, and one value far
+// above the rest (its f16 scale overflows for q8_0). (No NaN: the CPU's lround of one is
+// unspecified.)
+void plant_edge_blocks(std::vector<float>& x, std::mt19937_64& rng) {
+  for (size_t b = 0; b + 32 <= x.size(); b += 32) {
+    float* v = x.data() + b;
+    const size_t j1 = rng() % 32, j2 = (j1 + 1 + rng() % 31) % 32;
+    switch ((b / 32) % 9) {
+      case 0: for (int j = 0; j < 32; ++j) v[j] = 0.0f; break;
+      case 1: for (int j = 0; j < 32; ++j) v[j] = -0.0f; break;
+      case 2: v[j1] = 3.5f, v[j2] = -3.5f; break;
+      case 3: v[j1] = -2.25f, v[j2] = 2.25f; break;
+      case 4: v[j1] = 0.0f, v[j2] = -0.0f; break;
+      case 5: for (int j = 0; j < 32; ++j) v[j] = float(int(rng() % 7) - 3) * 1e-40f; break;
+      case 6: for (int j = 0; j < 32; ++j) v[j] = -1.5f; break;
+      case 7: v[j1] = 1e7f; break;
+      default: break;  // ordinary random values
+    }
+  }
+}
+
 std::unique_ptr<Layer> make_layer(int64_t len, int64_t n_kv, int64_t hd, DType kt, DType vt, int64_t page_tokens,
-                                  std::mt19937_64& rng) {
+                                  std::mt19937_64& rng, bool edge_blocks = false) {
   auto L = std::make_unique<Layer>();
   KvCacheSpec spec;
   spec.n_layers = 1;
@@ -183,6 +205,10 @@ std::unique_ptr<Layer> make_layer(int64_t len, int64_t n_kv, int64_t hd, DType k
   for (auto& x : L->v) x = nd(rng);
   // A few outlier channels, as real keys have.
   for (size_t i = 0; i < L->k.size(); i += 97) L->k[i] *= 6.0f;
+  if (edge_blocks) {
+    plant_edge_blocks(L->k, rng);
+    plant_edge_blocks(L->v, rng);
+  }
   L->cpu->append(0, L->k.data(), L->v.data(), len);
   L->host_view = L->cpu->view(0);
   const size_t pb = page_bytes(L->host_view);
@@ -323,11 +349,12 @@ const std::pair<DType, DType> kMixedF16[] = {{DType::kF16, DType::kQ8_0},
 TEST(AttentionCuda, KvAppendWritesTheCpuBytes) {
   REQUIRE_GPU();
   std::mt19937_64 rng(test_seed());
+  for (bool edge : {false, true})
   for (DType kt : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0})
     for (int64_t hd : {64, 256}) {
       const int64_t len = 300, n_kv = 2, pt = 64;
       const DType vt = kt == DType::kQ4_0 ? DType::kQ8_0 : kt == DType::kQ8_0 ? DType::kQ4_0 : kt;
-      auto L = make_layer(len, n_kv, hd, kt, vt, pt, rng);
+      auto L = make_layer(len, n_kv, hd, kt, vt, pt, rng, edge);
       // Zeroed device pages, filled by the GPU append in three pieces (1, 70, rest rows).
       const size_t pb = page_bytes(L->host_view);
       for (auto& p : L->pages) ck(cudaMemset(p->p, 0, pb));
@@ -351,7 +378,8 @@ TEST(AttentionCuda, KvAppendWritesTheCpuBytes) {
           bad += std::memcmp(page.data() + vo, hv.v_row(h, pos), hv.v_row_bytes) != 0;
         }
       }
-      EXPECT_EQ(bad, 0) << "K " << type_name(kt) << " V " << type_name(vt) << " hd " << hd << ": rows differ";
+      EXPECT_EQ(bad, 0) << "K " << type_name(kt) << " V " << type_name(vt) << " hd " << hd
+                        << (edge ? " (edge blocks)" : "") << ": rows differ";
     }
 }
 

@@ -192,5 +192,25 @@ TEST(KvQuant, RoundTripErrorWithinHalfAStep) {
   }
 }
 
+// A block whose values are all subnormal has a scale whose inverse overflows to inf: its codes
+// must be 0 (defined, and the same on the GPU's kv_append), never what lround or int() of an
+// infinity happens to give; a block of zeros of either sign, too. The block then decodes to zeros.
+TEST(KvQuant, SubnormalAndZeroBlocksEncodeAsZeroCodes) {
+  float x[64];
+  for (int j = 0; j < 32; ++j) x[j] = float((j % 7) - 3) * 1e-40f;
+  for (int j = 32; j < 64; ++j) x[j] = (j % 2) ? -0.0f : 0.0f;
+  BlockQ8_0 q8[2];
+  BlockQ4_0 q4[2];
+  quantize_row_q8_0(x, q8, 64);
+  quantize_row_q4_0(x, q4, 64);
+  for (int b = 0; b < 2; ++b)
+    for (int j = 0; j < 32; ++j) EXPECT_EQ(q8[b].qs[j], 0) << "q8_0 block " << b << " code " << j;
+  for (int b = 0; b < 2; ++b)
+    for (int j = 0; j < 16; ++j) EXPECT_EQ(q4[b].qs[j], b == 0 ? 0 : 0x88) << "q4_0 block " << b << " byte " << j;
+  float y[64];
+  dequantize_row_q8_0(q8, y, 64);
+  for (float v : y) EXPECT_EQ(v, 0.0f);
+}
+
 }  // namespace
 }  // namespace weft

@@ -17,7 +17,13 @@ void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
     const float d = amax / 127.0f;
     const float id = d != 0 ? 1.0f / d : 0.0f;
     y[b].d = f32_to_f16(d);
-    for (int j = 0; j < 32; ++j) y[b].qs[j] = int8_t(std::lround(xb[j] * id));
+    // A block of subnormals has a scale whose inverse overflows to inf, so its products are ±inf
+    // or NaN, where lround is unspecified: they encode as 0 (what x86-64's lround gave, so no
+    // byte changes there; the GPU's kv_append does the same).
+    for (int j = 0; j < 32; ++j) {
+      const float v = xb[j] * id;
+      y[b].qs[j] = std::isfinite(v) ? int8_t(std::lround(v)) : int8_t(0);
+    }
   }
 }
 
@@ -33,8 +39,10 @@ void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t n) {
     const float id = d != 0 ? 1.0f / d : 0.0f;
     y[b].d = f32_to_f16(d);
     for (int j = 0; j < 16; ++j) {
-      int q0 = int(std::floor(xb[j] * id + 8.5f));
-      int q1 = int(std::floor(xb[j + 16] * id + 8.5f));
+      // Non-finite (a block of subnormals, as in q8_0): 0, where int() of it would be undefined.
+      const float v0 = std::floor(xb[j] * id + 8.5f), v1 = std::floor(xb[j + 16] * id + 8.5f);
+      int q0 = std::isfinite(v0) ? int(v0) : 0;
+      int q1 = std::isfinite(v1) ? int(v1) : 0;
       q0 = q0 < 0 ? 0 : q0 > 15 ? 15 : q0;
       q1 = q1 < 0 ? 0 : q1 > 15 ? 15 : q1;
       y[b].qs[j] = uint8_t(q0 | q1 << 4);

@@ -29,7 +29,12 @@ __device__ void encode_q8_block(const float* x, uint8_t* dst) {
   const uint16_t dh = f32_to_f16_bits(d);
   dst[0] = uint8_t(dh & 0xff);
   dst[1] = uint8_t(dh >> 8);
-  for (int j = 0; j < 32; ++j) dst[2 + j] = uint8_t(int8_t(lroundf(__fmul_rn(x[j], id))));
+  // A block of subnormals has a scale whose inverse overflows: its products are ±inf or NaN and
+  // encode as 0, as on the CPU (kv_quant.cpp), where lround would be unspecified.
+  for (int j = 0; j < 32; ++j) {
+    const float v = __fmul_rn(x[j], id);
+    dst[2 + j] = isfinite(v) ? uint8_t(int8_t(lroundf(v))) : 0;
+  }
 }
 
 // Encodes 32 values as one q4_0 block (kv_quant.cpp: quantize_row_q4_0).
@@ -46,8 +51,11 @@ __device__ void encode_q4_block(const float* x, uint8_t* dst) {
   dst[0] = uint8_t(dh & 0xff);
   dst[1] = uint8_t(dh >> 8);
   for (int j = 0; j < 16; ++j) {
-    int q0 = int(floorf(__fadd_rn(__fmul_rn(x[j], id), 8.5f)));
-    int q1 = int(floorf(__fadd_rn(__fmul_rn(x[j + 16], id), 8.5f)));
+    // Non-finite (a block of subnormals: see encode_q8_block) encodes as 0, as on the CPU.
+    const float v0 = floorf(__fadd_rn(__fmul_rn(x[j], id), 8.5f));
+    const float v1 = floorf(__fadd_rn(__fmul_rn(x[j + 16], id), 8.5f));
+    int q0 = isfinite(v0) ? int(v0) : 0;
+    int q1 = isfinite(v1) ? int(v1) : 0;
     q0 = q0 < 0 ? 0 : q0 > 15 ? 15 : q0;
     q1 = q1 < 0 ? 0 : q1 > 15 ? 15 : q1;
     dst[2 + j] = uint8_t(q0 | q1 << 4);
