@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "io/json_text.h"
 #include "io/unicode_tables.h"
 #include "test_util.h"
 
@@ -501,6 +502,26 @@ TEST(TokenizerHostile, BadFiles) {
   EXPECT_EQ(cfg->bos_id(), std::optional<int32_t>(1000));
   EXPECT_EQ(cfg->eos_ids(), (std::vector<int32_t>{1001, 1000}));
   EXPECT_TRUE(cfg->add_bos());
+}
+
+}  // namespace
+}  // namespace weft
+
+namespace weft {
+namespace {
+
+// A token can end inside a UTF-8 character; the JSON lines weft prints must still be written
+// (U+FFFD in place of the invalid bytes), not thrown on at the end of a run.
+TEST(JsonText, InvalidUtf8BecomesReplacementCharacter) {
+  nlohmann::json j;
+  j["text"] = std::string("ok \xAF end \xE4\xB8");
+  j["tokens"] = {1, 2, 3};
+  EXPECT_THROW((void)j.dump(), nlohmann::json::type_error);  // what the plain dump does
+  const std::string s = json_text(j);
+  const nlohmann::json back = nlohmann::json::parse(s);
+  EXPECT_EQ(back["text"].get<std::string>(), "ok \xEF\xBF\xBD end \xEF\xBF\xBD");
+  EXPECT_EQ(back["tokens"], j["tokens"]);
+  EXPECT_NE(json_text(j, 2).find("\n  \""), std::string::npos);
 }
 
 }  // namespace

@@ -322,7 +322,9 @@ void CpuBackend::grouped_matmul(const MoeRouting& r, const GroupedMatmul* jobs, 
   if (pool_.size() <= 1 || n_tasks <= 1) {
     for (int64_t i = 0; i < n_tasks; ++i) run(i);
   } else {
-    pool_.parallel_for(n_tasks, run);
+    // Decode: tasks in the experts' order, one contiguous run per thread (Schedule::kRanges);
+    // prefill keeps the shared counter over its largest-first order.
+    pool_.parallel_for(n_tasks, run, total_rows > streaming_tokens ? Schedule::kShared : Schedule::kRanges);
   }
 }
 

@@ -13,6 +13,7 @@
 #include "backend/backend_factory.h"
 #include "cli/command.h"
 #include "cli/common.h"
+#include "io/json_text.h"
 #include "lab/bench.h"
 #include "model/model.h"
 #include "model/synth.h"
@@ -224,14 +225,14 @@ int run_bench_cmd(int argc, char** argv) {
   if (!out_dir.empty()) {
     std::error_code ec;
     fs::create_directories(out_dir, ec);
-    for (auto [name, text] : {std::pair<const char*, std::string>{"results.json", j.dump(2) + "\n"},
+    for (auto [name, text] : {std::pair<const char*, std::string>{"results.json", json_text(j, 2) + "\n"},
                               {"report.md", "# weft bench\n\n" + md},
                               {"bench.svg", lab::bench_svg(r)}}) {
       Status st = write_file(out_dir + "/" + name, text);
       if (!st.ok()) return fail(st);
     }
   }
-  if (json) std::printf("%s\n", j.dump().c_str());
+  if (json) std::printf("%s\n", json_text(j).c_str());
   else std::printf("%s", md.c_str());
   return 0;
 }

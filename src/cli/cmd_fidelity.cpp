@@ -9,6 +9,7 @@
 
 #include "cli/command.h"
 #include "cli/common.h"
+#include "io/json_text.h"
 #include "core/mapped_file.h"
 #include "core/progress_line.h"
 #include "io/tokenizer.h"
@@ -208,13 +209,13 @@ int run_fidelity_cmd(int argc, char** argv) {
                   result->ref_summary.ref_ppl, (long long)batch, result->wall_s);
     const std::string report = std::string(head) + table + "\n![mean KL by context depth](kl_by_depth.svg)\n";
     for (const auto& [name, body] :
-         {std::pair<std::string, std::string>{"results.json", j.dump(2) + "\n"}, {"report.md", report},
+         {std::pair<std::string, std::string>{"results.json", json_text(j, 2) + "\n"}, {"report.md", report},
           {"kl_by_depth.svg", lab::fidelity_svg(result.value(), "Mean KL vs " + result->ref + " by context depth")}})
       if (Status s = write_file(out_dir + "/" + name, body); !s.ok()) return fail(s);
     std::fprintf(stderr, "weft: wrote %s/{results.json,report.md,kl_by_depth.svg}\n", out_dir.c_str());
   }
   if (json) {
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", json_text(j).c_str());
   } else {
     std::printf("reference %s: perplexity %.4f over %lld positions; wall %.1f s\n\n%s", result->ref.c_str(),
                 result->ref_summary.ref_ppl, (long long)result->tokens - 1, result->wall_s, table.c_str());

@@ -13,6 +13,7 @@
 
 #include "cli/command.h"
 #include "cli/common.h"
+#include "io/json_text.h"
 #include "core/progress_line.h"
 #include "io/chat_template.h"
 #include "io/model_files.h"
@@ -209,7 +210,7 @@ int run_generate(int argc, char** argv) {
       j["decode_tok_s"] = decode_tok_s;
       j["threads"] = engine.threads();
       if (tokenizer) j["text"] = tokenizer->decode(job.out);
-      std::printf("%s\n", j.dump().c_str());
+      std::printf("%s\n", json_text(j).c_str());
     }
   } else {
     if (stream_text) {

@@ -7,6 +7,7 @@
 
 #include "cli/command.h"
 #include "cli/common.h"
+#include "io/json_text.h"
 #include "core/cpu_features.h"
 #include "model/footprint.h"
 
@@ -72,7 +73,7 @@ int run_info(int argc, char** argv) {
       for (int64_t n : ctxs) e["kv_bytes"][std::to_string(n)] = kv_bytes_per_token(c, t, t) * uint64_t(n);
       j["cache"][dtype_name(t)] = e;
     }
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", json_text(j, 2).c_str());
     return 0;
   }
   std::printf("model          %s\n", model_dir.c_str());

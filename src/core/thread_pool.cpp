@@ -14,11 +14,16 @@
 //   strict-tier decode, scaled Qwen3.5-35B-A3B, ctx 1024, 4 interleaved rounds of weft bench:
 //   24.6 14.9 26.5 27.1 tok/s -> 29.9 28.6 29.1 30.4 tok/s (~1.15x; the full command and the
 //   matmul decode numbers are in the comment atop matmul_avx2.cpp)
-// Which thread runs which task is still decided by an atomic counter, and a task's result
-// depends only on its index, so nothing about values changes.
+// Which thread runs which task is decided by an atomic counter (Schedule::kShared) or by
+// per-thread ranges with stealing (kRanges, thread_pool.h says when), and a task's result depends
+// only on its index, so nothing about values changes.
 #include "core/thread_pool.h"
 
 #include <chrono>
+#include <cstdlib>
+#include <string>
+
+#include "core/check.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -55,7 +60,11 @@ ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = int(std::thread::hardware_concurrency());
   if (n_threads <= 0) n_threads = 1;
   n_threads_ = n_threads;
-  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this] { worker_loop(); });
+  ranges_ = std::vector<Range>(size_t(n_threads_));
+  // WEFT_POOL_SCHEDULE=shared: every loop on the shared counter (an A/B switch for kRanges).
+  const char* env = std::getenv("WEFT_POOL_SCHEDULE");
+  ranges_allowed_ = !(env && std::string(env) == "shared");
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -67,15 +76,45 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::run_tasks() {
+int64_t ThreadPool::take_front(int owner) {
+  std::atomic<uint64_t>& r = ranges_[size_t(owner)].front_back;
+  uint64_t v = r.load(std::memory_order_relaxed);
   for (;;) {
-    int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
-    if (task >= n_tasks_) break;
-    (*job_)(task);
+    const uint32_t front = uint32_t(v), back = uint32_t(v >> 32);
+    if (front >= back) return -1;
+    if (r.compare_exchange_weak(v, v + 1, std::memory_order_relaxed)) return int64_t(front);
   }
 }
 
-void ThreadPool::worker_loop() {
+int64_t ThreadPool::take_back(int victim) {
+  std::atomic<uint64_t>& r = ranges_[size_t(victim)].front_back;
+  uint64_t v = r.load(std::memory_order_relaxed);
+  for (;;) {
+    const uint32_t front = uint32_t(v), back = uint32_t(v >> 32);
+    if (front >= back) return -1;
+    const uint64_t next = (uint64_t(back - 1) << 32) | front;
+    if (r.compare_exchange_weak(v, next, std::memory_order_relaxed)) return int64_t(back - 1);
+  }
+}
+
+void ThreadPool::run_tasks(int self) {
+  if (schedule_ == Schedule::kShared) {
+    for (;;) {
+      int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
+      if (task >= n_tasks_) break;
+      (*job_)(task);
+    }
+    return;
+  }
+  for (int64_t task; (task = take_front(self)) >= 0;) (*job_)(task);
+  // Own range done: help the others from the far ends of their ranges, nearest neighbour first.
+  for (int k = 1; k < n_threads_; ++k) {
+    const int victim = (self + k) % n_threads_;
+    for (int64_t task; (task = take_back(victim)) >= 0;) (*job_)(task);
+  }
+}
+
+void ThreadPool::worker_loop(int self) {
   int64_t seen_generation = 0;
   auto has_work = [&] {
     return generation_.load(std::memory_order_acquire) != seen_generation ||
@@ -88,7 +127,7 @@ void ThreadPool::worker_loop() {
     }
     if (stop_.load(std::memory_order_acquire)) return;
     seen_generation = generation_.load(std::memory_order_acquire);
-    run_tasks();
+    run_tasks(self);
     if (active_workers_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       // The caller may be about to sleep: taking the mutex orders this notify after its
       // predicate check, so the wake-up cannot be lost.
@@ -98,7 +137,7 @@ void ThreadPool::worker_loop() {
   }
 }
 
-void ThreadPool::parallel_for(int64_t n_tasks, const std::function<void(int64_t)>& fn) {
+void ThreadPool::parallel_for(int64_t n_tasks, const std::function<void(int64_t)>& fn, Schedule schedule) {
   if (n_tasks <= 0) return;
   if (workers_.empty() || n_tasks == 1) {
     for (int64_t t = 0; t < n_tasks; ++t) fn(t);
@@ -108,7 +147,14 @@ void ThreadPool::parallel_for(int64_t n_tasks, const std::function<void(int64_t)
   // so none reads these while they are written; the release increment publishes them.
   job_ = &fn;
   n_tasks_ = n_tasks;
+  schedule_ = ranges_allowed_ ? schedule : Schedule::kShared;
   next_task_.store(0, std::memory_order_relaxed);
+  if (schedule_ == Schedule::kRanges) {
+    WEFT_CHECK(n_tasks < (int64_t(1) << 32), "parallel_for: too many tasks for Schedule::kRanges");
+    const uint64_t P = uint64_t(n_threads_), n = uint64_t(n_tasks);
+    for (uint64_t i = 0; i < P; ++i)
+      ranges_[i].front_back.store(((n * (i + 1) / P) << 32) | (n * i / P), std::memory_order_relaxed);
+  }
   active_workers_.store(int(workers_.size()), std::memory_order_relaxed);
   {
     // Under the mutex so a worker between its predicate check and its sleep cannot miss it.
@@ -116,7 +162,7 @@ void ThreadPool::parallel_for(int64_t n_tasks, const std::function<void(int64_t)
     generation_.fetch_add(1, std::memory_order_release);
   }
   start_cv_.notify_all();
-  run_tasks();
+  run_tasks(0);
   auto done = [&] { return active_workers_.load(std::memory_order_acquire) == 0; };
   if (!spin_until(done)) {
     std::unique_lock<std::mutex> lock(mu_);

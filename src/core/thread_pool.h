@@ -17,6 +17,18 @@
 
 namespace weft {
 
+// How a parallel loop hands its tasks to the threads (never what a task computes).
+//   kShared: one shared counter; each thread takes the next task. Best when tasks differ in
+//     cost or come sorted largest first (prefill).
+//   kRanges: thread i owns the contiguous range [i·n/P, (i+1)·n/P) and runs it in order, then
+//     takes tasks from the far ends of the others' ranges (so a thread slowed by a neighbour
+//     still finishes with the rest). For loops that stream memory (decode's weight rows, KV
+//     pages): each thread then reads one long address stream, which the hardware prefetchers
+//     follow; tasks handed out alternately break every thread's stream at each task. On a 2-core
+//     Zen 5 VM, reading 1 GiB in 64 KiB tasks: 39.7 GB/s shared, 55.8 GB/s in ranges (56.5 for
+//     one unbroken stream per thread).
+enum class Schedule { kShared, kRanges };
+
 class ThreadPool {
  public:
   // n_threads counts the calling thread, which also runs tasks; 0 means hardware concurrency.
@@ -29,11 +41,19 @@ class ThreadPool {
 
   // Runs fn(task) for task in [0, n_tasks), spread over the threads; returns when all are done.
   // Not re-entrant: fn must not call parallel_for on the same pool.
-  void parallel_for(int64_t n_tasks, const std::function<void(int64_t task)>& fn);
+  void parallel_for(int64_t n_tasks, const std::function<void(int64_t task)>& fn,
+                    Schedule schedule = Schedule::kShared);
 
  private:
-  void worker_loop();
-  void run_tasks();
+  // One thread's range under kRanges: front (owner's next task) in the low 32 bits, back (one
+  // past the last task not yet taken) in the high 32, so owner and thieves claim with one CAS.
+  struct alignas(64) Range {
+    std::atomic<uint64_t> front_back{0};
+  };
+  void worker_loop(int self);
+  void run_tasks(int self);
+  int64_t take_front(int owner);
+  int64_t take_back(int victim);
 
   int n_threads_;
   std::vector<std::thread> workers_;
@@ -43,6 +63,9 @@ class ThreadPool {
   std::condition_variable start_cv_, done_cv_;
   const std::function<void(int64_t)>* job_ = nullptr;
   int64_t n_tasks_ = 0;
+  Schedule schedule_ = Schedule::kShared;
+  bool ranges_allowed_ = true;
+  std::vector<Range> ranges_;
   alignas(64) std::atomic<int64_t> next_task_{0};
   alignas(64) std::atomic<int64_t> generation_{0};
   alignas(64) std::atomic<int> active_workers_{0};

@@ -134,7 +134,8 @@ void attention_f16(const KvLayerView& kv, const AttentionArgs& a, ThreadPool* po
       chunk_partial(kv, g, c * kAttnChunk, std::min(n_keys, (c + 1) * kAttnChunk), a.q + g * group * hd, group,
                     a.scale, scratch.data(), {p, p + group, p + 2 * group});
     };
-    if (pool) pool->parallel_for(n_kv * n_chunks, task);
+    // (kv head, chunk) in cache order: each thread streams one contiguous run of chunks.
+    if (pool) pool->parallel_for(n_kv * n_chunks, task, Schedule::kRanges);
     else for (int64_t i = 0; i < n_kv * n_chunks; ++i) task(i);
     for (int64_t g = 0; g < n_kv; ++g) {
       for (int64_t i = 0; i < group; ++i) {

@@ -239,7 +239,8 @@ void run(const AttnQuantOps& o, const KvLayerView& kv, const AttentionArgs& a, T
       chunk_partial(o, kv, g, c * kAttnChunk, std::min(n_keys, (c + 1) * kAttnChunk), queries[size_t(g)], a.scale,
                     scratch.data(), {p, p + group, p + 2 * group});
     };
-    if (pool) pool->parallel_for(n_kv * n_chunks, task);
+    // (kv head, chunk) in cache order: each thread streams one contiguous run of chunks.
+    if (pool) pool->parallel_for(n_kv * n_chunks, task, Schedule::kRanges);
     else for (int64_t i = 0; i < n_kv * n_chunks; ++i) task(i);
     for (int64_t g = 0; g < n_kv; ++g) {
       for (int64_t i = 0; i < group; ++i) {

@@ -75,7 +75,7 @@ void gdn_recurrent_scalar(const GdnRecurrentArgs& a, ThreadPool* pool) {
       }
     }
   };
-  if (pool) pool->parallel_for(a.n_v, head);
+  if (pool) pool->parallel_for(a.n_v, head, Schedule::kRanges);  // heads' states are consecutive
   else for (int64_t j = 0; j < a.n_v; ++j) head(j);
 }
 

@@ -97,7 +97,7 @@ void gdn_recurrent_avx2(const GdnRecurrentArgs& a, ThreadPool* pool) {
       update_columns(S, dk, dv, c, dv, q, k, v, decay, beta, out);
     }
   };
-  if (pool) pool->parallel_for(a.n_v, head);
+  if (pool) pool->parallel_for(a.n_v, head, Schedule::kRanges);  // heads' states are consecutive
   else for (int64_t j = 0; j < a.n_v; ++j) head(j);
 }
 

@@ -127,7 +127,8 @@ void matmul_row_tasks(MatmulRows streaming_rows, MatmulRows prefill_rows, int64_
   // Tiny products are not worth waking the workers; values do not depend on this choice.
   const bool parallel = threads > 1 && n_tasks > 1 && N * K * T >= 32768;
   if (parallel) {
-    pool->parallel_for(n_tasks, task);
+    // Streaming rows: one contiguous run of weight rows per thread (Schedule::kRanges).
+    pool->parallel_for(n_tasks, task, streaming ? Schedule::kRanges : Schedule::kShared);
   } else {
     for (int64_t i = 0; i < n_tasks; ++i) task(i);
   }

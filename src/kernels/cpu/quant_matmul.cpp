@@ -210,7 +210,9 @@ void run_quant_rows(GgmlType wtype, const void* w, int64_t N, int64_t K, const u
   const int64_t n_tasks = ceil_div(N, rows_per_task);
   // Tiny products are not worth waking the workers; values do not depend on this choice.
   if (pool != nullptr && pool->size() > 1 && n_tasks > 1 && N * K * T >= 32768) {
-    pool->parallel_for(n_tasks, task);
+    // Equal tasks over consecutive rows: one contiguous run of weight rows per thread streams
+    // best (Schedule::kRanges); the shared counter is kept for prefill-sized T.
+    pool->parallel_for(n_tasks, task, T <= kQuantRowsPerTask ? Schedule::kRanges : Schedule::kShared);
   } else {
     for (int64_t i = 0; i < n_tasks; ++i) task(i);
   }
