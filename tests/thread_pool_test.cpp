@@ -31,25 +31,37 @@ TEST(ThreadPool, EveryTaskRunsOnceUnderBothSchedules) {
   }
 }
 
-// With nothing slowing any thread, thread i runs its own range in ascending order first: the
-// caller (thread 0) starts at task 0, and the tasks it runs before any stolen one are 0, 1, 2...
-TEST(ThreadPool, RangesStartWithTheOwnContiguousRun) {
-  ThreadPool pool(4);
-  const int64_t n = 400;
-  std::mutex mu;
-  std::vector<int64_t> caller;
-  const auto me = std::this_thread::get_id();
-  pool.parallel_for(
-      n,
-      [&](int64_t t) {
-        if (std::this_thread::get_id() != me) return;
-        std::lock_guard<std::mutex> lock(mu);
-        caller.push_back(t);
-      },
-      Schedule::kRanges);
-  ASSERT_FALSE(caller.empty());
-  // Its first tasks are its range's first tasks, in order (it may stop early: others steal).
-  for (size_t i = 0; i < caller.size() && caller[i] < n / 4; ++i) EXPECT_EQ(caller[i], int64_t(i));
+// Two threads: the caller owns [0, n/2), the worker [n/2, n). Whatever the timing, each thread
+// runs its own range from the front in ascending order and takes the other's from the back in
+// descending order, so the tasks each thread ran are two consecutive runs.
+TEST(ThreadPool, RangesAreRunFromTheFrontAndTakenFromTheBack) {
+  ThreadPool pool(2);
+  const int64_t n = 1000;
+  for (int round = 0; round < 20; ++round) {
+    std::mutex mu;
+    std::vector<int64_t> caller, worker;
+    const auto me = std::this_thread::get_id();
+    pool.parallel_for(
+        n,
+        [&](int64_t t) {
+          std::lock_guard<std::mutex> lock(mu);
+          (std::this_thread::get_id() == me ? caller : worker).push_back(t);
+        },
+        Schedule::kRanges);
+    ASSERT_EQ(int64_t(caller.size() + worker.size()), n);
+    auto check = [&](const std::vector<int64_t>& ran, int64_t own0, int64_t own1, int64_t other1, const char* who) {
+      int64_t next_own = own0, next_other = other1 - 1;
+      for (int64_t t : ran) {
+        if (t >= own0 && t < own1) {
+          ASSERT_EQ(t, next_own++) << who << " round " << round;
+        } else {
+          ASSERT_EQ(t, next_other--) << who << " round " << round;
+        }
+      }
+    };
+    check(caller, 0, n / 2, n, "caller");
+    check(worker, n / 2, n, n / 2, "worker");
+  }
 }
 
 // A thread that is slow at its first task does not hold up its range: the others take the rest.

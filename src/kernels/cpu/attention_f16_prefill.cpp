@@ -289,14 +289,20 @@ void attention_f16_decode(const KvLayerView& kv, const AttentionArgs& a, ThreadP
     float* part = partials + idx * stride;
     float* s = sc.s.data();
     o.scores(a.q + g * group * hd, group, sc.k_rows.data(), n, hd, a.scale, sc.kbuf.data(), s, kAttnChunk);
-    // The chunk's V rows travel while the softmax runs (libm exps, no memory traffic of their
-    // own): one line per exp, 2048 of each at GQA 8 and head_dim 256 (spread_prefetch.h).
+    // The chunk's V rows travel while the softmax runs (no memory traffic of its own): a row's
+    // worth of lines per head's row of exps, spread_prefetch.h's pace (not as a burst).
+    // The exps of four heads' rows at a time by exp_sub (std::exp's bits, vectorized), then each
+    // row's l in key order: softmax_chunk's values.
     SpreadPrefetch<uint16_t> v_ahead(sc.v_rows.data(), n, hd * 2);
-    for (int64_t i = 0; i < group; ++i)
-      softmax_chunk(s + i * kAttnChunk, n, &part[i], &part[group + i], [&] { v_ahead.step(1); });
+    for (int64_t r = 0; r < group; r += 4) {
+      const int64_t r1 = std::min(group, r + 4);
+      v_ahead.step((r1 - r) * n);
+      softmax_rows(s, kAttnChunk, sc.n_row.data(), r, r1, part, part + group, o.exp_sub);
+    }
     o.accumulate_v(sc.v_rows.data(), sc.n_row.data(), group, s, kAttnChunk, hd, sc.vbuf.data(), part + 2 * group);
   };
-  if (pool) pool->parallel_for(n_kv * n_chunks, task);
+  // (kv head, chunk) in cache order: each thread streams one contiguous run of chunks.
+  if (pool) pool->parallel_for(n_kv * n_chunks, task, Schedule::kRanges);
   else for (int64_t i = 0; i < n_kv * n_chunks; ++i) task(i);
 
   // The frozen kernel's merge, row by row: chunk 0 is the running state, chunks 1.. merge in
