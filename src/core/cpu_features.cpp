@@ -21,6 +21,14 @@ const CpuFeatures& cpu_features() {
     unsigned eax, ebx, ecx, edx;
     __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(1), "c"(0));
     f.f16c = (ecx >> 29) & 1;
+    const unsigned base_family = (eax >> 8) & 0xF, ext_family = (eax >> 20) & 0xFF;
+    f.family = int(base_family == 0xF ? base_family + ext_family : base_family);
+    unsigned v0, vb, vc, vd;
+    __asm__("cpuid" : "=a"(v0), "=b"(vb), "=c"(vc), "=d"(vd) : "a"(0), "c"(0));
+    char vendor[13] = {};
+    std::memcpy(vendor, &vb, 4), std::memcpy(vendor + 4, &vd, 4), std::memcpy(vendor + 8, &vc, 4);
+    f.amd = std::strcmp(vendor, "AuthenticAMD") == 0;
+    f.intel = std::strcmp(vendor, "GenuineIntel") == 0;
 #endif
     f.avx512f = __builtin_cpu_supports("avx512f");
     f.avx512bw = __builtin_cpu_supports("avx512bw");

@@ -20,6 +20,10 @@ struct CpuFeatures {
   bool f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512_vnni = false, avx512_bf16 = false, amx_tile = false;
+  // Vendor and display family (base + extended), for the few tunings that differ by
+  // microarchitecture (never for what a kernel computes).
+  bool amd = false, intel = false;
+  int family = 0;
   bool has_avx2_fma_f16c() const { return avx2 && fma && f16c; }
   bool has_avx512_core() const { return has_avx2_fma_f16c() && avx512f && avx512bw && avx512vl && avx512dq; }
 };

@@ -56,9 +56,11 @@ inline __m256i load32(const void* p) { return _mm256_loadu_si256(reinterpret_cas
 // DRAM, four alternated rounds: q8_0 14.4-15.1 -> 19.9-21.0 GB/s on 1 thread, 25.1-28.1 ->
 // 29.9-36.8 on 2; q4_0 +4% (1 KiB ahead read about as 2 KiB, 4 KiB less). The x8 forms: see
 // quant_matmul_x8_avx512.cpp.
-constexpr size_t kPrefetchAhead = 2048;
+// The distance: quant_prefetch_ahead() (quant_matmul.h), read once per process.
 inline void prefetch_ahead(const uint8_t* p, size_t bytes) {
-  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead + o), _MM_HINT_T0);
+  static const size_t ahead = quant_prefetch_ahead();
+  if (ahead == 0) return;
+  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + ahead + o), _MM_HINT_T0);
 }
 
 // The 4 bytes at p in every int32 lane (an activation broadcast of the x8 kernels).

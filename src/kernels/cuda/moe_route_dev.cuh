@@ -49,8 +49,22 @@ __device__ const int* topk_row(float* shared, int64_t r, float* logits, int E, i
   for (int e = threadIdx.x; e < E; e += blockDim.x) p[e] = float(exp(double(p[e] - m)));
   __syncthreads();
   if (threadIdx.x == 0) {  // the CPU's sum: double, in increasing expert id
+    // Four probabilities per shared-memory load, added one at a time in the same order: the
+    // unrolled loads run ahead of the dependent adds, where a load per add made the chain wait
+    // on shared-memory latency at each of E experts (this thread alone: the step's serial part).
     double s = 0;
-    for (int e = 0; e < E; ++e) s += p[e];
+    int e = 0;
+    if ((reinterpret_cast<uintptr_t>(p) & 15) == 0) {
+#pragma unroll 8
+      for (; e + 4 <= E; e += 4) {
+        const float4 v = *reinterpret_cast<const float4*>(p + e);
+        s += v.x;
+        s += v.y;
+        s += v.z;
+        s += v.w;
+      }
+    }
+    for (; e < E; ++e) s += p[e];
     inv = float(1.0 / s);
   }
   __syncthreads();
@@ -67,11 +81,15 @@ __device__ const int* topk_row(float* shared, int64_t r, float* logits, int E, i
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     const float v = p[e];
     if (v != v) continue;
-    int rank = 0;
-    for (int o = 0; o < E && rank < K; ++o) {
-      const float w = p[o];
-      rank += beats(w, o, v, e) ? 1 : 0;
+    // Eight rivals per step with the exit test between steps: the loads of a step issue
+    // together. Stopping later than at rank K changes nothing: only rank < K is used, and a
+    // rank below K is only ever final (counted over all E).
+    int rank = 0, o = 0;
+    for (; o + 8 <= E && rank < K; o += 8) {
+#pragma unroll
+      for (int u = 0; u < 8; ++u) rank += beats(p[o + u], o + u, v, e) ? 1 : 0;
     }
+    for (; o < E && rank < K; ++o) rank += beats(p[o], o, v, e) ? 1 : 0;
     if (rank < K) chosen[rank] = e;
   }
   __syncthreads();
