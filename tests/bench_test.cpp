@@ -231,6 +231,11 @@ void check_invariants(const nlohmann::json& j) {
   EXPECT_GT(bw, 0);
   const auto& b = j["bandwidth"];
   EXPECT_DOUBLE_EQ(bw, std::max({b["copy_gb_s"].get<double>(), b["triad_gb_s"].get<double>(), b["read_gb_s"].get<double>()}));
+  // A host run probes before and after its arms; the faster reading is the denominator.
+  ASSERT_TRUE(j.contains("bandwidth_probes_gb_s"));
+  const auto& probes = j["bandwidth_probes_gb_s"];
+  ASSERT_EQ(probes.size(), 2u);
+  EXPECT_DOUBLE_EQ(bw, std::max(probes[0].get<double>(), probes[1].get<double>()));
   EXPECT_GE(b["buffer_bytes"].get<uint64_t>(), lab::kMinProbeArrayBytes);
   EXPECT_GE(b["buffer_bytes"].get<uint64_t>(), 8 * b["llc_bytes"].get<uint64_t>());
   EXPECT_EQ(j["baseline"], "f16");
@@ -314,6 +319,7 @@ TEST(BenchCli, TinyEndToEndJson) {
   mds << md.rdbuf();
   svgs << svg.rdbuf();
   check_markdown_roofline(mds.str());
+  EXPECT_NE(mds.str().find("bandwidth probed before and after the arms"), std::string::npos);
   EXPECT_NE(mds.str().find("KV (byte model)"), std::string::npos);
   EXPECT_NE(mds.str().find("KV resident (measured)"), std::string::npos);
   EXPECT_NE(svgs.str().find("roofline"), std::string::npos);

@@ -101,7 +101,11 @@ struct BenchResult {
   int threads = 0;
   std::string backend;                    // Backend::name(): which kernel path ran
   std::string weights_where;              // Backend::weights_where(): the memory the weights sit in
-  BandwidthResult bandwidth;
+  BandwidthResult bandwidth;               // the roofline's probe: on the host, the better of two
+  // A host run probes before the first depth and again after the last (a VM's bandwidth can move
+  // by half within minutes); `bandwidth` is the faster reading, so a share is never flattered by
+  // a slow moment. Both readings are reported. Empty for a device probe (run once).
+  std::vector<double> probe_gb_s;
   BenchOptions options;                   // arms as run (f16 appended when it was absent)
   bool baseline_added = false;            // the f16 arm was not asked for and was added
   std::vector<DepthResult> depths;

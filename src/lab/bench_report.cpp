@@ -2,6 +2,7 @@
 // report) and SVG (the curve). All three say the same things: ratios against the f16 arm, the
 // ratio's interval and what it allows one to claim, the roofline only where it applies, and the
 // KV bytes of the byte model next to the resident bytes measured from the process.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -61,6 +62,18 @@ std::string bandwidth_line(const BandwidthResult& b) {
   return buf;
 }
 
+// The host's two probe readings (before the first depth, after the last) and how far apart.
+std::string probes_line(const BenchResult& r) {
+  if (r.probe_gb_s.size() < 2) return "";
+  const double a = r.probe_gb_s[0], b = r.probe_gb_s[1], hi = std::max(a, b), lo = std::min(a, b);
+  std::string s = "bandwidth probed before and after the arms: " + fmt("%.2f", a) + " and " + fmt("%.2f", b) +
+                  " GB/s; the faster is the denominator";
+  if (hi > 0 && (hi - lo) / hi > 0.15)
+    s += fmt(" (they differ by %.0f%%: the machine's bandwidth moved during the run, and roofline shares carry "
+             "that uncertainty)", 100.0 * (hi - lo) / hi);
+  return s + "\n";
+}
+
 std::string baseline_line(const BenchResult& r) {
   std::string s = "baseline: every ratio, ceiling and ratio / ceiling is relative to the f16 arm";
   if (r.baseline_added) s += " (f16 was not in --arms, so it was added and measured)";
@@ -73,6 +86,7 @@ nlohmann::json bench_json(const BenchResult& r) {
   nlohmann::json j;
   const BandwidthResult& b = r.bandwidth;
   j["bandwidth_gb_s"] = b.gb_s;
+  if (!r.probe_gb_s.empty()) j["bandwidth_probes_gb_s"] = r.probe_gb_s;
   j["bandwidth"] = {{"copy_gb_s", b.copy_gb_s}, {"triad_gb_s", b.triad_gb_s}, {"read_gb_s", b.read_gb_s},
                     {"roofline_gb_s", b.gb_s},
                     {"roofline_denominator", std::strcmp(b.read_kernel, "cuda") == 0 ? "max(copy, read) of the GPU's memory"
@@ -192,6 +206,7 @@ std::string bench_markdown(const BenchResult& r) {
   s += buf;
   if (!r.weights_where.empty()) s += "weights read from " + r.weights_where + "\n";
   s += bandwidth_line(r.bandwidth);
+  s += probes_line(r);
   s += baseline_line(r) + "\n";
   s += "| ctx | prefill tokens | prefill tok/s | kv share (f16) |";
   std::vector<DType> qt;
