@@ -9,9 +9,9 @@
 
 #include "cli/command.h"
 #include "cli/common.h"
-#include "io/json_text.h"
 #include "core/mapped_file.h"
 #include "core/progress_line.h"
+#include "io/json_text.h"
 #include "io/tokenizer.h"
 #include "lab/fidelity.h"
 #include "model/gguf_convert.h"

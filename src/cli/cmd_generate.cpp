@@ -13,9 +13,9 @@
 
 #include "cli/command.h"
 #include "cli/common.h"
-#include "io/json_text.h"
 #include "core/progress_line.h"
 #include "io/chat_template.h"
+#include "io/json_text.h"
 #include "io/model_files.h"
 #include "engine/engine.h"
 #include "engine/generation_defaults.h"

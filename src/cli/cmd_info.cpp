@@ -7,8 +7,8 @@
 
 #include "cli/command.h"
 #include "cli/common.h"
-#include "io/json_text.h"
 #include "core/cpu_features.h"
+#include "io/json_text.h"
 #include "model/footprint.h"
 
 namespace weft::cli {

@@ -76,24 +76,15 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-int64_t ThreadPool::take_front(int owner) {
-  std::atomic<uint64_t>& r = ranges_[size_t(owner)].front_back;
+int64_t ThreadPool::take(int range, bool from_back) {
+  std::atomic<uint64_t>& r = ranges_[size_t(range)].front_back;
   uint64_t v = r.load(std::memory_order_relaxed);
   for (;;) {
     const uint32_t front = uint32_t(v), back = uint32_t(v >> 32);
     if (front >= back) return -1;
-    if (r.compare_exchange_weak(v, v + 1, std::memory_order_relaxed)) return int64_t(front);
-  }
-}
-
-int64_t ThreadPool::take_back(int victim) {
-  std::atomic<uint64_t>& r = ranges_[size_t(victim)].front_back;
-  uint64_t v = r.load(std::memory_order_relaxed);
-  for (;;) {
-    const uint32_t front = uint32_t(v), back = uint32_t(v >> 32);
-    if (front >= back) return -1;
-    const uint64_t next = (uint64_t(back - 1) << 32) | front;
-    if (r.compare_exchange_weak(v, next, std::memory_order_relaxed)) return int64_t(back - 1);
+    const uint32_t task = from_back ? back - 1 : front;
+    const uint64_t next = from_back ? (uint64_t(task) << 32) | front : v + 1;
+    if (r.compare_exchange_weak(v, next, std::memory_order_relaxed)) return int64_t(task);
   }
 }
 
@@ -106,11 +97,11 @@ void ThreadPool::run_tasks(int self) {
     }
     return;
   }
-  for (int64_t task; (task = take_front(self)) >= 0;) (*job_)(task);
+  for (int64_t task; (task = take(self, /*from_back=*/false)) >= 0;) (*job_)(task);
   // Own range done: help the others from the far ends of their ranges, nearest neighbour first.
   for (int k = 1; k < n_threads_; ++k) {
     const int victim = (self + k) % n_threads_;
-    for (int64_t task; (task = take_back(victim)) >= 0;) (*job_)(task);
+    for (int64_t task; (task = take(victim, /*from_back=*/true)) >= 0;) (*job_)(task);
   }
 }
 

@@ -52,8 +52,8 @@ class ThreadPool {
   };
   void worker_loop(int self);
   void run_tasks(int self);
-  int64_t take_front(int owner);
-  int64_t take_back(int victim);
+  // The next task of `range` from its front (its owner) or its back (another thread); -1: empty.
+  int64_t take(int range, bool from_back);
 
   int n_threads_;
   std::vector<std::thread> workers_;

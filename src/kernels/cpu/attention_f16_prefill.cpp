@@ -19,7 +19,6 @@
 #include "core/thread_pool.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/row_max.h"
-#include "kernels/cpu/spread_prefetch.h"
 
 namespace weft {
 
@@ -65,23 +64,9 @@ const AttnF16PrefillOps kScalarOps = {scores_scalar, accumulate_v_scalar, exp_su
 
 // ---- attention_f16.cpp's softmax and merge, operation for operation ----
 
-// Turns scores s[0, n) into exp(s - m) in place; returns m and l = Σ exp (key order).
-// `each_exp` runs once per exp (decode uses it to spread prefetches over the libm calls).
-template <typename EachExp>
-void softmax_chunk(float* s, int64_t n, float* m_out, float* l_out, EachExp each_exp) {
-  const float m = row_max(s, n);
-  float l = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    each_exp();
-    s[j] = std::exp(s[j] - m);
-    l += s[j];
-  }
-  *m_out = m;
-  *l_out = l;
-}
-
-// softmax_chunk for rows [r0, r1) of a chunk's scores (row r at s + r·stride, n_row[r] keys), with
-// the exps of a row computed together by exp_sub (same bits as std::exp's loop) and then
+// The frozen kernel's softmax (m = max, p = exp(s - m), l = Σ p in key order) for rows [r0, r1) of
+// a chunk's scores (row r at s + r·stride, n_row[r] keys), with the exps of a row computed
+// together by exp_sub (same bits as std::exp's loop) and then
 // l = Σ p in key order, four rows' sums side by side: each row's chain of adds is its own, in its
 // own order, so interleaving only keeps more of them in flight (one add per 4-cycle latency).
 void softmax_rows(float* s, int64_t stride, const int64_t* n_row, int64_t r0, int64_t r1, float* m_out, float* l_out,
@@ -289,16 +274,11 @@ void attention_f16_decode(const KvLayerView& kv, const AttentionArgs& a, ThreadP
     float* part = partials + idx * stride;
     float* s = sc.s.data();
     o.scores(a.q + g * group * hd, group, sc.k_rows.data(), n, hd, a.scale, sc.kbuf.data(), s, kAttnChunk);
-    // The chunk's V rows travel while the softmax runs (no memory traffic of its own): a row's
-    // worth of lines per head's row of exps, spread_prefetch.h's pace (not as a burst).
-    // The exps of four heads' rows at a time by exp_sub (std::exp's bits, vectorized), then each
-    // row's l in key order: softmax_chunk's values.
-    SpreadPrefetch<uint16_t> v_ahead(sc.v_rows.data(), n, hd * 2);
-    for (int64_t r = 0; r < group; r += 4) {
-      const int64_t r1 = std::min(group, r + 4);
-      v_ahead.step((r1 - r) * n);
-      softmax_rows(s, kAttnChunk, sc.n_row.data(), r, r1, part, part + group, o.exp_sub);
-    }
+    // The frozen softmax of every head's row, its exps by exp_sub (std::exp's bits, vectorized).
+    // With the exps 16 at a time the softmax is too short to hide the V rows' reads behind (the
+    // libm loop once spread their prefetches over its calls): V is left to the hardware, which
+    // measured the same as prefetching it here in bursts (attention_quant_bench at 32K, 2 threads).
+    softmax_rows(s, kAttnChunk, sc.n_row.data(), 0, group, part, part + group, o.exp_sub);
     o.accumulate_v(sc.v_rows.data(), sc.n_row.data(), group, s, kAttnChunk, hd, sc.vbuf.data(), part + 2 * group);
   };
   // (kv head, chunk) in cache order: each thread streams one contiguous run of chunks.

@@ -102,12 +102,12 @@ void quantize_activations_avx2(GgmlType wtype, const float* x, int64_t K, uint8_
 // Output rows per parallel task (prefill); decode tasks grow to cover at least
 // kQuantDecodeTaskBytes of weights. Values never depend on either.
 constexpr int64_t kQuantRowsPerTask = 16;
+constexpr int64_t kQuantDecodeTaskBytes = int64_t(64) << 10;
 
 // How far ahead (bytes) the one-token kernels prefetch their weight stream (quant_simd_rows.h
 // says why); WEFT_PREFETCH_AHEAD=bytes (0: none) overrides it for an A/B. Read once per process.
 constexpr size_t kPrefetchAhead = 2048;
 size_t quant_prefetch_ahead();
-constexpr int64_t kQuantDecodeTaskBytes = int64_t(64) << 10;
 
 // One dot-product kernel: out[t * ldo + r] = weight row r (of `rows` consecutive rows, row_bytes
 // apart, starting at w) times token t's quantized activations (xq + t * xq_stride), for
