@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -95,6 +96,28 @@ TEST(ThreadPool, ManySmallLoopsInARow) {
   for (int i = 0; i < 2000; ++i)
     pool.parallel_for(5, [&](int64_t t) { sum.fetch_add(t + 1); }, i % 2 ? Schedule::kRanges : Schedule::kShared);
   EXPECT_EQ(sum.load(), 2000 * 15);
+}
+
+// The switch is read once per process, so each case runs in a fresh one (the threadsafe style
+// re-executes this binary for the statement).
+TEST(ThreadPoolDeathTest, AScheduleSwitchOfAnotherValueIsNamedAndIgnored) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        setenv("WEFT_POOL_SCHEDULE", "sharde", 1);
+        ThreadPool pool(2);
+        expect_each_task_once(pool, 100, Schedule::kRanges);
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "WEFT_POOL_SCHEDULE=sharde is not 'shared' or 'ranges'; ignored");
+  EXPECT_EXIT(
+      {
+        setenv("WEFT_POOL_SCHEDULE", "shared", 1);
+        ThreadPool pool(2);
+        std::fprintf(stderr, "quiet\n");
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "^quiet\n$");
 }
 
 }  // namespace

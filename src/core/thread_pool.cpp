@@ -20,6 +20,7 @@
 #include "core/thread_pool.h"
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -54,6 +55,20 @@ bool spin_until(const Pred& pred) {
   }
 }
 
+// WEFT_POOL_SCHEDULE=shared: every loop on the shared counter (an A/B switch for kRanges);
+// `ranges` or unset: the loops' own schedules. Read once per process; another value is named on
+// stderr (once) and ignored, as the other WEFT_* switches do.
+bool ranges_allowed_by_env() {
+  static const bool allowed = [] {
+    const char* env = std::getenv("WEFT_POOL_SCHEDULE");
+    if (env == nullptr || *env == '\0' || std::string(env) == "ranges") return true;
+    if (std::string(env) == "shared") return false;
+    std::fprintf(stderr, "weft: WEFT_POOL_SCHEDULE=%s is not 'shared' or 'ranges'; ignored\n", env);
+    return true;
+  }();
+  return allowed;
+}
+
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
@@ -61,9 +76,7 @@ ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = 1;
   n_threads_ = n_threads;
   ranges_ = std::vector<Range>(size_t(n_threads_));
-  // WEFT_POOL_SCHEDULE=shared: every loop on the shared counter (an A/B switch for kRanges).
-  const char* env = std::getenv("WEFT_POOL_SCHEDULE");
-  ranges_allowed_ = !(env && std::string(env) == "shared");
+  ranges_allowed_ = ranges_allowed_by_env();
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
