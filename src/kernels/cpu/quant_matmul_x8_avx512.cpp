@@ -91,8 +91,9 @@ void dot_group_one(const uint8_t* col, const BlockQ8_K* xb, int64_t K, float* ou
   __m256 acc[8];
 #pragma GCC unroll 8
   for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+  const size_t ahead = quant_prefetch_ahead();
   for (int64_t b = 0; b < nb; ++b, col += kColumn) {
-    prefetch_ahead(col, kColumn);
+    prefetch_ahead(col, kColumn, ahead);
     const BlockQ8_K& x = xb[b];
     const __m256 dx = _mm256_set1_ps(x.d);
     const __m256 dv = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(col))), dx);
@@ -148,8 +149,9 @@ void dot_group_one_q8_0(const uint8_t* col, const BlockQ8_0* xb, int64_t K, floa
   __m256 acc[8];
 #pragma GCC unroll 8
   for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+  const size_t ahead = quant_prefetch_ahead();
   for (int64_t b = 0; b < nb; ++b, col += kColumn) {
-    prefetch_ahead(col, kColumn);
+    prefetch_ahead(col, kColumn, ahead);
     const __m256 dv = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(col))),
                                     _mm256_set1_ps(_cvtsh_ss(xb[b].d)));
 #pragma GCC unroll 8

@@ -56,9 +56,11 @@ inline __m256i load32(const void* p) { return _mm256_loadu_si256(reinterpret_cas
 // DRAM, four alternated rounds: q8_0 14.4-15.1 -> 19.9-21.0 GB/s on 1 thread, 25.1-28.1 ->
 // 29.9-36.8 on 2; q4_0 +4% (1 KiB ahead read about as 2 KiB, 4 KiB less). The x8 forms: see
 // quant_matmul_x8_avx512.cpp.
-// The distance: quant_prefetch_ahead() (quant_matmul.h), read once per process.
-inline void prefetch_ahead(const uint8_t* p, size_t bytes) {
-  static const size_t ahead = quant_prefetch_ahead();
+// The distance `ahead`: quant_prefetch_ahead() (quant_matmul.h), which the caller reads once
+// before its loop. Not a function-local static in here: its guard is a possible call inside the
+// loop, and since a call clobbers every vector register, GCC then kept the x8 q8_0 kernel's eight
+// accumulators on the stack (a store and a reload per block and row lane; perf annotate).
+inline void prefetch_ahead(const uint8_t* p, size_t bytes, size_t ahead) {
   if (ahead == 0) return;
   for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + ahead + o), _MM_HINT_T0);
 }
@@ -199,9 +201,10 @@ struct Q32 {
       a.tile_acts(t0, xb);
       __m256 acc[C];
       zero(acc);
+      const size_t ahead = C == 1 ? quant_prefetch_ahead() : 0;
       for (int64_t b = 0; b < a.K / kQK32; ++b) {
         const uint8_t* blk = row + size_t(b) * kBlockBytes;
-        if constexpr (C == 1) prefetch_ahead(blk, kBlockBytes);
+        if constexpr (C == 1) prefetch_ahead(blk, kBlockBytes, ahead);
         const float dw = f16(load_u16(blk));
         const __m256i wv = q32_codes<W>(blk);
         const __m256i wabs = _mm256_sign_epi8(wv, wv);
@@ -253,8 +256,9 @@ struct K4 {
       const __m256i m4 = _mm256_set1_epi8(0x0F);
       __m256 acc[C];
       zero(acc);
+      const size_t ahead = C == 1 ? quant_prefetch_ahead() : 0;
       for (int64_t b = 0; b < a.K / kQK_K; ++b) {
-        if constexpr (C == 1) prefetch_ahead(reinterpret_cast<const uint8_t*>(wb + b), sizeof(Block));
+        if constexpr (C == 1) prefetch_ahead(reinterpret_cast<const uint8_t*>(wb + b), sizeof(Block), ahead);
         uint64_t sc8, m8;
         unpack_scales_k4_words(wb[b].scales, &sc8, &m8);
         const __m256i scv = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(sc8))));
@@ -309,8 +313,9 @@ struct Q6K {
       a.tile_acts(t0, xb);
       __m256 acc[C];
       zero(acc);
+      const size_t ahead = C == 1 ? quant_prefetch_ahead() : 0;
       for (int64_t b = 0; b < a.K / kQK_K; ++b) {
-        if constexpr (C == 1) prefetch_ahead(reinterpret_cast<const uint8_t*>(wb + b), sizeof(BlockQ6_K));
+        if constexpr (C == 1) prefetch_ahead(reinterpret_cast<const uint8_t*>(wb + b), sizeof(BlockQ6_K), ahead);
         const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb[b].scales));
         const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
         SplitSums<Isa, C> isum;
