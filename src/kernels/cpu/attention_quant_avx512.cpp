@@ -22,7 +22,6 @@
 #include "core/dtype.h"
 #include "kernels/cpu/attention_quant.h"
 #include "kernels/cpu/kv_quant.h"
-#include "kernels/cpu/spread_prefetch.h"
 
 namespace weft {
 
@@ -166,8 +165,10 @@ void accumulate_v_rows_q8(const KvLayerView& kv, int64_t g, int64_t k0, int64_t 
     const int64_t nt = std::min(kTile, n - j0), nn = std::min(kTile, n - j0 - nt);
     std::copy(next, next + nt, rows);
     for (int64_t j = 0; j < nn; ++j) next[j] = reinterpret_cast<const BlockQ8_0*>(kv.v_row(g, k0 + j0 + nt + j));
-    // The next tile's rows, one line per row step of this tile's passes (spread_prefetch.h).
-    SpreadPrefetch<BlockQ8_0> pf(next, nn, int64_t(kv.v_row_bytes));
+    // The next tile's rows: row j's pass b fetches block b of the next tile's row j (past the
+    // keys: its own, in cache), from this table rather than a cursor carried from row to row (a
+    // store and reload per row; the f16 kernel measured 42-46 -> 37-43 ns per key without it).
+    for (int64_t j = nn; j < nt; ++j) next[j] = rows[j];
     for (int64_t b = 0; b < hd / 32; ++b) {
       __m512 a0[NH], a1[NH];
 #pragma GCC unroll 8
@@ -176,7 +177,7 @@ void accumulate_v_rows_q8(const KvLayerView& kv, int64_t g, int64_t k0, int64_t 
         a1[i] = _mm512_loadu_ps(acc + i * hd + 32 * b + 16);
       }
       for (int64_t j = 0; j < nt; ++j) {
-        pf.step(1);
+        __builtin_prefetch(next[j] + b, 0, 2);
         const BlockQ8_0* blk = rows[j] + b;
         const __m512 d = _mm512_set1_ps(_cvtsh_ss(blk->d));
         const __m256i q = load32(blk->qs);
