@@ -39,6 +39,13 @@ inline __m512 widen16(const uint16_t* src) {
   return _mm512_maskz_cvtph_ps(__mmask16(0xffff), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
 }
 
+// 8 f16 values to f32 in both 256-bit halves: 16 bytes loaded into both 128-bit halves, one
+// vcvtph2ps (the values widen16 and a broadcast give).
+inline __m512 widen8_twice(const uint16_t* src) {
+  return _mm512_maskz_cvtph_ps(__mmask16(0xffff),
+                               _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src))));
+}
+
 using RowPrefetch = SpreadPrefetch<uint16_t>;  // f16 K / V rows (spread_prefetch.h says why)
 
 void load_f16_row(const uint16_t* src, float* dst, int64_t n) {  // n % 16 == 0
@@ -72,8 +79,8 @@ inline void reduce_four(__m512 a, __m512 b, __m512 c, __m512 d, float scale, flo
 // pair load shared by the C keys. `rows` (1..2P) says which rows exist. The keys come either
 // widened in kbuf (`k`, stride hd: prefill, where several row tiles share them) or straight from
 // their f16 rows (kFromRows: decode, one row tile, so a widened copy would be stored and read
-// back once). From the rows, 8 dims of a key are 16 bytes loaded into both 128-bit halves and
-// widened by one vcvtph2ps: the values widen16 and a broadcast give, so the same bits. The decode
+// back once). From the rows, 8 dims of a key are widened into both halves (widen8_twice): the
+// values widen16 and a broadcast give, so the same bits. The decode
 // form prefetches the rows `ahead` (this tile's keys one key block on, kAttnPrefillKeyBlock), a
 // line of each per 32 dims; the prefill form spreads its block's prefetches with `pf`.
 template <int P, int C, bool kFromRows>
@@ -103,7 +110,7 @@ void score_tile(const float* q2, const float* k, const uint16_t* const* k_rows, 
 #pragma GCC unroll 8
     for (int c = 0; c < C; ++c) {
       if constexpr (kFromRows)
-        kv[c] = _mm512_maskz_cvtph_ps(__mmask16(0xffff), _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kr[c] + d))));
+        kv[c] = widen8_twice(kr[c] + d);
       else
         kv[c] = _mm512_broadcast_f32x8(_mm256_loadu_ps(k + c * hd + d));
     }
