@@ -49,6 +49,27 @@ TEST(KvCache, GrowsInPagesWithoutMovingRows) {
   EXPECT_EQ(cache.view(0).k_row(1, 3), first);
 }
 
+// KvLayerView::k_rows / v_rows (one division per run): the pointers k_row / v_row give, for runs
+// that start, end and cross at page edges, of every length up to the cache's, q8_0 rows (34-byte
+// blocks: row sizes that are not a power of two), both heads, K and V.
+TEST(KvCache, RowRunsEqualRowByRow) {
+  KvCacheSpec spec{1, 2, 64, DType::kQ8_0, DType::kQ8_0, 16};
+  KvCache cache(spec);
+  const int64_t n = 53, row = spec.n_kv_heads * spec.head_dim;
+  auto k = random_rows(n * row, 3), v = random_rows(n * row, 4);
+  cache.append(0, k.data(), v.data(), n);
+  const KvLayerView view = cache.view(0);
+  std::vector<const uint8_t*> got(size_t(n) + 1, nullptr);
+  for (int64_t pos : {0, 1, 15, 16, 17, 31, 47, 52})
+    for (int64_t len = 0; pos + len <= n; ++len)
+      for (int64_t h = 0; h < 2; ++h) {
+        view.k_rows(h, pos, len, got.data());
+        for (int64_t j = 0; j < len; ++j) ASSERT_EQ(got[size_t(j)], view.k_row(h, pos + j)) << pos << "+" << j;
+        view.v_rows(h, pos, len, got.data());
+        for (int64_t j = 0; j < len; ++j) ASSERT_EQ(got[size_t(j)], view.v_row(h, pos + j)) << pos << "+" << j;
+      }
+}
+
 // tile_to (bench --tile-fill): every added position holds the bytes of position p mod base, in
 // every layer, head, K and V, for each cache type; it refuses what it cannot tile, changing nothing.
 TEST(KvCache, TileToRepeatsWholePages) {

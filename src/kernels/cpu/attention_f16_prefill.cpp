@@ -142,12 +142,10 @@ struct Scratch {
     grow(k_rows, size_t(kAttnChunk));
     grow(v_rows, size_t(kAttnChunk));
   }
-  // k_rows / v_rows = keys [k0, k0 + n) of kv head g.
+  // k_rows / v_rows = keys [k0, k0 + n) of kv head g (a division per run, not per key).
   void point_at_rows(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n) {
-    for (int64_t j = 0; j < n; ++j) {
-      k_rows[size_t(j)] = reinterpret_cast<const uint16_t*>(kv.k_row(g, k0 + j));
-      v_rows[size_t(j)] = reinterpret_cast<const uint16_t*>(kv.v_row(g, k0 + j));
-    }
+    kv.k_rows(g, k0, n, k_rows.data());
+    kv.v_rows(g, k0, n, v_rows.data());
   }
 };
 

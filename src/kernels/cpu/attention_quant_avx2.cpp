@@ -99,11 +99,17 @@ void scores_rows(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const 
   alignas(32) float out[8];
   const __m256 sc = _mm256_set1_ps(scale);
   // Each key brings in the row kPrefetchKeys ahead (spread_prefetch.h says why: not as a burst).
-  constexpr int64_t kPrefetchKeys = 16;
+  constexpr int64_t kPrefetchKeys = 16, kRun = 256;
+  const uint8_t* k_run[kRun + kPrefetchKeys];  // rows j_run.. (k_rows: no division per key)
+  int64_t j_run = -kRun;
   for (int64_t j = 0; j < n; ++j) {
-    const uint8_t* row = kv.k_row(g, k0 + j);
+    if (j >= j_run + kRun) {
+      j_run = j;
+      kv.k_rows(g, k0 + j, std::min(kRun + kPrefetchKeys, n - j), k_run);
+    }
+    const uint8_t* row = k_run[j - j_run];
     if (j + kPrefetchKeys < n) {
-      const char* ahead = reinterpret_cast<const char*>(kv.k_row(g, k0 + j + kPrefetchKeys));
+      const char* ahead = reinterpret_cast<const char*>(k_run[j - j_run + kPrefetchKeys]);
       for (size_t b = 0; b < kv.k_row_bytes; b += 64) __builtin_prefetch(ahead + b, 0, 2);
     }
     for (int64_t h0 = 0; h0 < q.group; h0 += 8) {
@@ -236,11 +242,11 @@ void accumulate_v_rows_tile(const KvLayerView& kv, int64_t g, int64_t k0, int64_
   const Block* rows[kTile];
   const Block* next[kTile];
   alignas(32) float dv[kTile];
-  for (int64_t j = 0; j < std::min(kTile, n); ++j) next[j] = reinterpret_cast<const Block*>(kv.v_row(g, k0 + j));
+  kv.v_rows(g, k0, std::min(kTile, n), next);
   for (int64_t j0 = 0; j0 < n; j0 += kTile) {
     const int64_t nt = std::min(kTile, n - j0), nn = std::min(kTile, n - j0 - nt);
     std::copy(next, next + nt, rows);
-    for (int64_t j = 0; j < nn; ++j) next[j] = reinterpret_cast<const Block*>(kv.v_row(g, k0 + j0 + nt + j));
+    kv.v_rows(g, k0 + j0 + nt, nn, next);
     SpreadPrefetch<Block> pf(next, nn, int64_t(kv.v_row_bytes));
     for (int64_t b = 0; b < hd / 32; ++b) {
       for (int64_t j = 0; j < nt; ++j) dv[j] = _cvtsh_ss(rows[j][b].d);
