@@ -388,7 +388,7 @@ TEST(AttentionQuantPrimitives, VectorSetsEqualScalarTwin) {
   std::normal_distribution<float> nd(0.0f, 4.0f);
   const AttnQuantOps& scalar = attn_quant_ops_scalar();
   if (vector_sets().empty()) GTEST_SKIP() << "no vector set on this CPU";
-  for (int64_t n : {1, 7, 8, 9, 15, 16, 17, 255, 256}) {
+  for (int64_t n : {1, 7, 8, 9, 15, 16, 17, 23, 24, 25, 31, 32, 33, 40, 255, 256}) {
     std::vector<float> x(static_cast<size_t>(n));
     for (auto& v : x) v = nd(rng);
     x[size_t(rng() % uint64_t(n))] = -1e30f;

@@ -12,8 +12,8 @@
 //    the vector width does not touch an element's order.
 //  * q8_0 V rows are decoded in registers inside the p·v loop (accumulate_v_rows: the same
 //    f32(q) * d per value), not written to a tile and read back; other V types take the tile.
-//  * Rows are otherwise decoded, f16 keys dotted and the softmax exp taken by the AVX2 primitives
-//    (the same functions).
+//  * The softmax exps 16 at a time (exp_sum, the AVX2 twin's operations and sum order); rows are
+//    otherwise decoded and f16 keys dotted by the AVX2 primitives (the same functions).
 // Measured with tools/attention_quant_bench (docs/results.md section 13).
 #include <immintrin.h>
 
@@ -126,6 +126,51 @@ void scores(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const AttnG
   else scores_rows<false>(kv, g, k0, n, q, scale, s);
 }
 
+// attn_exp (attention_quant.h) on 16 lanes: the AVX2 twin's operations in its order (max_ps keeps
+// its second operand for NaN; roundscale to nearest = round_ps to nearest; cvtps_epi32 rounds to
+// nearest under the default MXCSR, as the 256-bit one does).
+inline __m512 attn_exp16(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(kAttnExpMin));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kAttnLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-kAttnLn2Hi), x);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(-kAttnLn2Lo), r);
+  __m512 p = _mm512_set1_ps(kAttnExpP[0]);
+  for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kAttnExpP[i]));
+  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(y, _mm512_castsi512_ps(bits));
+}
+
+// exp_sum's contract (attention_quant.h) with the exps 16 at a time: the 8-lane sum takes the low
+// half, then the high half (groups of 8 in order, as the AVX2 twin adds them); a lone last group of
+// 8 and the tail go to the AVX2 twin's code path, which continues the same sum.
+float exp_sum(float* x, int64_t n, float m) {
+  const __m512 vm = _mm512_set1_ps(m);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const __m512 e = attn_exp16(_mm512_sub_ps(_mm512_loadu_ps(x + j), vm));
+    _mm512_storeu_ps(x + j, e);
+    acc = _mm256_add_ps(acc, _mm512_castps512_ps256(e));
+    acc = _mm256_add_ps(acc, _mm512_extractf32x8_ps(e, 1));
+  }
+  if (j + 8 <= n) {
+    const __m256 e = _mm512_castps512_ps256(attn_exp16(_mm512_castps256_ps512(_mm256_sub_ps(_mm256_loadu_ps(x + j), _mm256_set1_ps(m)))));
+    _mm256_storeu_ps(x + j, e);
+    acc = _mm256_add_ps(acc, e);
+    j += 8;
+  }
+  // The lanes reduced (0+4)+(2+6) + (1+5)+(3+7), as the twins do, then the tail in order.
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  float sum = _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+  for (; j < n; ++j) {
+    x[j] = attn_exp(x[j] - m);
+    sum += x[j];
+  }
+  return sum;
+}
+
 // NH heads x 16 dims in 512-bit registers across the tile's rows.
 template <int NH>
 void accumulate_v_tile(const float* v, int64_t n, const float* p, int64_t p_stride, int64_t hd, float* acc) {
@@ -213,7 +258,7 @@ bool accumulate_v_rows(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, 
 }  // namespace
 
 const AttnQuantOps& attn_quant_ops_avx512() {
-  static const AttnQuantOps ops = {scores, attn_quant_ops_avx2().exp_sum, attn_quant_ops_avx2().load_row,
+  static const AttnQuantOps ops = {scores, exp_sum, attn_quant_ops_avx2().load_row,
                                    attn_quant_ops_avx2().dot, accumulate_v, accumulate_v_rows};
   return ops;
 }
