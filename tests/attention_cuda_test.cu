@@ -600,20 +600,23 @@ TEST(AttentionCuda, PipelinedLoopEqualsPlainLoop) {
     auto L = make_layer(p.ctx, p.n_kv, p.hd, p.k, p.v, p.page, rng);
     const int64_t n_heads = p.n_kv * p.group;
     const auto q = random_q(p.T, n_heads, p.hd, rng);
-    // plain; pipelined; for 3 blocks/SM where it fits; with a q8_0 V (head_dim 256) read as words.
-    const char* names[4] = {"plain", "pipelined", "pipelined for 3 blocks/SM", "pipelined, V as words"};
-    std::vector<float> out[4];
-    for (int pipe = 0; pipe < 4; ++pipe) {
+    // plain; pipelined; for 3 blocks/SM where it fits; with a q8_0 V (head_dim 256) read as words;
+    // pipelined and plain with the query loaded after the first copies (the order before).
+    const char* names[6] = {"plain", "pipelined", "pipelined for 3 blocks/SM", "pipelined, V as words",
+                            "pipelined, query after the copies", "plain, query after the copies"};
+    std::vector<float> out[6];
+    for (int pipe = 0; pipe < 6; ++pipe) {
       cuda::detail::SplitTuning t = saved;
       t.keys_quant = true;
-      t.qkeys_pipelined = pipe >= 1;
+      t.qkeys_pipelined = pipe >= 1 && pipe != 5;
       t.qkeys_pipe3 = pipe == 2;
       t.qkeys_vwords = pipe == 3;
+      t.qkeys_early_query = pipe < 4;
       cuda::detail::set_split_tuning(t);
       out[pipe] = gpu_attention(*L, q, p.T, p.ctx - p.T, n_heads);
     }
     cuda::detail::set_split_tuning(saved);
-    for (int pipe = 1; pipe < 4; ++pipe) {
+    for (int pipe = 1; pipe < 6; ++pipe) {
       EXPECT_FALSE(has_nonfinite(out[pipe]));
       EXPECT_EQ(std::memcmp(out[0].data(), out[pipe].data(), out[0].size() * 4), 0)
           << "ctx " << p.ctx << " hd " << p.hd << " K " << type_name(p.k) << " V " << type_name(p.v) << " T "

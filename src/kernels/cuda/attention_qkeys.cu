@@ -288,6 +288,7 @@ void attention_qkeys_parts(const AttentionCall* calls, const size_t* offsets, in
       const int64_t run = std::max<int64_t>(1, std::min<int64_t>(kc.n_sub, (at_one + target - 1) / target));
       kc.splits_per_block = cfg.fold ? kc.n_sub : int((run + group - 1) / group * group);
       kc.scale = call.args.scale;
+      kc.early_query = tuning.qkeys_early_query ? 1 : 0;
       kc.block_begin = blocks;
       const int runs = (kc.n_sub + kc.splits_per_block - 1) / kc.splits_per_block;
       blocks += kc.n_kv * kc.n_rowgroups * (cfg.fold ? 1 : runs);
