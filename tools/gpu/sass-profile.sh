@@ -28,9 +28,9 @@ timeout 330 ninja -C "$BUILD" -j"$(nproc)" attention_cuda_bench >> "$OUT/build.l
 rm -f "$OUT/build.log"
 stamp built
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-# The kernels' mangled names: qkeys_kernel<256, 1, false, KT, VT, 2, false> (kKvQ8 = 1, kKvQ4 = 2).
+# The kernels' mangled names: qkeys_kernel<256, 1, false, KT, VT, 2, false> (attention_common.cuh: kKvQ8 = 2, kKvQ4 = 3).
 for ty in ${TYPES:-q8_0 q4_0}; do
-  case "$ty" in q8_0) k=1; tu=kq8 ;; q4_0) k=2; tu=kq4 ;; *) continue ;; esac
+  case "$ty" in q8_0) k=2; tu=kq8 ;; q4_0) k=3; tu=kq4 ;; *) continue ;; esac
   fn="_ZN4weft4cuda6detail5qkeys12qkeys_kernelILi256ELi1ELb0ELi${k}ELi${k}ELi2ELb0EEEvNS2_7QLaunchE"
   obj="$BUILD/CMakeFiles/weft_cuda.dir/src/kernels/cuda/attention_qkeys_${tu}.cu.o"
   cuobjdump -sass -fun "$fn" "$obj" > "$OUT/sass_$ty.txt" 2>&1
