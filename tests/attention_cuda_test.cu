@@ -601,7 +601,8 @@ TEST(AttentionCuda, PipelinedLoopEqualsPlainLoop) {
     const int64_t n_heads = p.n_kv * p.group;
     const auto q = random_q(p.T, n_heads, p.hd, rng);
     // plain; pipelined; for 3 blocks/SM where it fits; with a q8_0 V (head_dim 256) read as words;
-    // pipelined and plain with the query loaded after the first copies (the order before).
+    // pipelined and plain with the query loaded after the first copies (qkeys_early_query off; the
+    // first four load it before them).
     const char* names[6] = {"plain", "pipelined", "pipelined for 3 blocks/SM", "pipelined, V as words",
                             "pipelined, query after the copies", "plain, query after the copies"};
     std::vector<float> out[6];

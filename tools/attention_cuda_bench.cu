@@ -345,9 +345,9 @@ int main(int argc, char** argv) {
       shapes.push_back({"key-parallel, V as words", d});
       shapes.back().t.keys_quant = shapes.back().t.keys_f16 = true;
       shapes.back().t.qkeys_vwords = true;
-      shapes.push_back({"key-parallel, query loaded after the first copies (the order before)", d});
+      shapes.push_back({"key-parallel, query loaded before the first copies (early_query)", d});
       shapes.back().t.keys_quant = shapes.back().t.keys_f16 = true;
-      shapes.back().t.qkeys_early_query = false;
+      shapes.back().t.qkeys_early_query = true;
       shapes.push_back({"key-parallel, pipelined for 3 blocks/SM", d});
       shapes.back().t.keys_quant = shapes.back().t.keys_f16 = true;
       shapes.back().t.qkeys_pipe3 = true;
