@@ -18,6 +18,7 @@
 #include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_merge.h"
 #include "kernels/cpu/row_max.h"
 
 namespace weft {
@@ -103,15 +104,6 @@ void softmax_rows(float* s, int64_t stride, const int64_t* n_row, int64_t r0, in
     for (int64_t j = 0; j < n_row[r]; ++j) l += p[j];
     l_out[r] = l;
   }
-}
-
-// Merges partial (m2, l2, acc2) into the running state (m1, l1, acc1) of one head.
-void merge_into(float* m1, float* l1, float* acc1, float m2, float l2, const float* acc2, int64_t hd) {
-  const float m = std::max(*m1, m2);
-  const float a = std::exp(*m1 - m), b = std::exp(m2 - m);
-  for (int64_t d = 0; d < hd; ++d) acc1[d] = acc1[d] * a + acc2[d] * b;
-  *l1 = *l1 * a + l2 * b;
-  *m1 = m;
 }
 
 // Query rows per task, aimed for (block tokens × GQA group): enough rows to amortise each K/V
@@ -212,7 +204,7 @@ void run(const KvLayerView& kv, const AttentionArgs& a, ThreadPool* pool, int64_
           sc.l[size_t(r)] = sc.lc[size_t(r)];
           std::memcpy(out_row(r), acc, size_t(hd) * sizeof(float));
         } else {
-          merge_into(&sc.m[size_t(r)], &sc.l[size_t(r)], out_row(r), sc.mc[size_t(r)], sc.lc[size_t(r)], acc, hd);
+          attn_merge_into(&sc.m[size_t(r)], &sc.l[size_t(r)], out_row(r), sc.mc[size_t(r)], sc.lc[size_t(r)], acc, hd);
         }
       }
     }
@@ -283,24 +275,8 @@ void attention_f16_decode(const KvLayerView& kv, const AttentionArgs& a, ThreadP
   if (pool) pool->parallel_for(n_kv * n_chunks, task, Schedule::kRanges);
   else for (int64_t i = 0; i < n_kv * n_chunks; ++i) task(i);
 
-  // The frozen kernel's merge, row by row: chunk 0 is the running state, chunks 1.. merge in
-  // order, then acc · (1 / l).
-  auto merge_row = [&](int64_t row) {
-    const int64_t g = row / group, i = row % group;
-    const float* p0 = partials + g * n_chunks * stride;
-    float m = p0[i], l = p0[group + i];
-    float* out = a.out + row * hd;
-    std::copy(p0 + 2 * group + i * hd, p0 + 2 * group + (i + 1) * hd, out);
-    for (int64_t c = 1; c < n_chunks; ++c) {
-      const float* pc = p0 + c * stride;
-      merge_into(&m, &l, out, pc[i], pc[group + i], pc + 2 * group + i * hd, hd);
-    }
-    const float inv = 1.0f / l;
-    for (int64_t d = 0; d < hd; ++d) out[d] *= inv;
-  };
-  // A row's merge reads n_chunks x hd floats: worth a parallel region only past a few chunks.
-  if (pool && n_chunks >= 16) pool->parallel_for(n_kv * group, merge_row);
-  else for (int64_t r = 0; r < n_kv * group; ++r) merge_row(r);
+  // The frozen kernel's merge (attention_merge.h).
+  attn_merge_decode_partials(partials, n_kv, group, n_chunks, hd, a.out, pool);
 }
 
 namespace {

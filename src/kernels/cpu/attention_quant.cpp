@@ -8,12 +8,9 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__SSE2__)
-#include <immintrin.h>
-#endif
-
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/attention_merge.h"
 #include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/row_max.h"
 
@@ -185,23 +182,6 @@ void chunk_partial(const AttnQuantOps& o, const KvLayerView& kv, int64_t g, int6
   }
 }
 
-// Merges partial (m2, l2, acc2) into the running state (m1, l1, acc1) of one head.
-// acc1·a + acc2·b per element as two multiplies and an add (no fma), four at a time in SSE (the
-// x86-64 baseline): the same IEEE operations as the scalar loop, so the same bits; the scalar
-// loop compiled to one element per iteration (-O2 does not vectorize it).
-void merge_into(float* m1, float* l1, float* acc1, float m2, float l2, const float* acc2, int64_t hd) {
-  const float m = std::max(*m1, m2);
-  const float a = std::exp(*m1 - m), b = std::exp(m2 - m);
-  int64_t d = 0;
-#if defined(__SSE2__)
-  const __m128 va = _mm_set1_ps(a), vb = _mm_set1_ps(b);
-  for (; d + 4 <= hd; d += 4)
-    _mm_storeu_ps(acc1 + d, _mm_add_ps(_mm_mul_ps(_mm_loadu_ps(acc1 + d), va), _mm_mul_ps(_mm_loadu_ps(acc2 + d), vb)));
-#endif
-  for (; d < hd; ++d) acc1[d] = acc1[d] * a + acc2[d] * b;
-  *l1 = *l1 * a + l2 * b;
-  *m1 = m;
-}
 
 std::vector<float>& thread_scratch() {
   thread_local std::vector<float> scratch;
@@ -255,24 +235,9 @@ void run(const AttnQuantOps& o, const KvLayerView& kv, const AttentionArgs& a, T
     // (kv head, chunk) in cache order: each thread streams one contiguous run of chunks.
     if (pool) pool->parallel_for(n_kv * n_chunks, task, Schedule::kRanges);
     else for (int64_t i = 0; i < n_kv * n_chunks; ++i) task(i);
-    // Chunks merged in order per head (chunk 0 is the running state), then acc · (1 / l). Heads
-    // are independent, so they merge in parallel past a few chunks (the order inside a head, and
-    // so every bit, stays): serial, the merge was ~15% of a 32K call at 2 threads.
-    auto merge_row = [&](int64_t row) {
-      const int64_t g = row / group, i = row % group;
-      const float* p0 = partials + g * n_chunks * stride;
-      float m = p0[i], l = p0[group + i];
-      float* out = a.out + row * hd;
-      std::copy(p0 + 2 * group + i * hd, p0 + 2 * group + (i + 1) * hd, out);
-      for (int64_t c = 1; c < n_chunks; ++c) {
-        const float* pc = p0 + c * stride;
-        merge_into(&m, &l, out, pc[i], pc[group + i], pc + 2 * group + i * hd, hd);
-      }
-      const float inv = 1.0f / l;
-      for (int64_t d = 0; d < hd; ++d) out[d] *= inv;
-    };
-    if (pool && n_chunks >= 16) pool->parallel_for(n_kv * group, merge_row);
-    else for (int64_t r = 0; r < n_kv * group; ++r) merge_row(r);
+    // The chunks merged per head, heads in parallel (attention_merge.h); run serially this merge was
+    // 8% of a one-thread 32K q8_0 call (perf), while the other threads waited.
+    attn_merge_decode_partials(partials, n_kv, group, n_chunks, hd, a.out, pool);
     return;
   }
 
@@ -298,7 +263,7 @@ void run(const AttnQuantOps& o, const KvLayerView& kv, const AttentionArgs& a, T
       chunk_partial(o, kv, g, k0, k1, q, a.scale, scratch.data(), p);
       if (c == 0) continue;
       for (int64_t i = 0; i < group; ++i)
-        merge_into(&m[i], &l[i], out + i * hd, part[i], part[group + i], part + 2 * group + i * hd, hd);
+        attn_merge_into(&m[i], &l[i], out + i * hd, part[i], part[group + i], part + 2 * group + i * hd, hd);
     }
     for (int64_t i = 0; i < group; ++i) {
       const float inv = 1.0f / l[i];
