@@ -31,9 +31,13 @@ namespace {
 namespace fs = std::filesystem;
 
 // Error bounds, as max |out − ref| / max |v| over all outputs (see attention_quant.h).
-// Kernel error (reference on the dequantized cache rows): float K is exact up to f32 rounding;
-// quantized K also carries the query's q8 rounding.
-double kernel_bound(DType k) { return k == DType::kF16 ? 1e-5 : 2e-2; }
+// Kernel error (reference on the dequantized cache rows): float K is exact up to f32 rounding, and
+// a quantized V adds its 16-bit p·v weights (pv_quant: at most 1/65534 of a tile's largest
+// weight·scale each); quantized K also carries the query's q8 rounding.
+double kernel_bound(DType k, DType v) {
+  if (k != DType::kF16) return 2e-2;
+  return v == DType::kF16 ? 1e-5 : 1e-4;
+}
 // Total error vs float64 on the original (unquantized) values, per K and V type.
 double total_bound(DType k, DType v) {
   auto kb = [](DType t) { return t == DType::kQ4_0 ? 1.5e-1 : t == DType::kQ8_0 ? 2.5e-2 : 2e-3; };
@@ -187,7 +191,7 @@ Errors check_problem(const Problem& p, std::mt19937_64& rng) {
   Errors e;
   e.kernel = max_err(out, attention_f64(p, q, decoded(p.k_type, k, hd), decoded(p.v_type, v, hd), a.scale)) / vmax;
   e.total = max_err(out, attention_f64(p, q, k, v, a.scale)) / vmax;
-  EXPECT_LT(e.kernel, kernel_bound(p.k_type)) << describe(p);
+  EXPECT_LT(e.kernel, kernel_bound(p.k_type, p.v_type)) << describe(p);
   EXPECT_LT(e.total, total_bound(p.k_type, p.v_type)) << describe(p);
   return e;
 }
@@ -233,7 +237,7 @@ TEST(AttentionQuant, MatchesFloat64AndIsDeterministic) {
           worst.total = std::max(worst.total, e.total);
         }
       std::printf("[ K %-4s V %-4s ] kernel err %.3g (bound %.0e), total err vs unquantized %.3g (bound %.2g)\n",
-                  dtype_name(kt), dtype_name(vt), worst.kernel, kernel_bound(kt), worst.total, total_bound(kt, vt));
+                  dtype_name(kt), dtype_name(vt), worst.kernel, kernel_bound(kt, vt), worst.total, total_bound(kt, vt));
     }
 }
 
@@ -472,6 +476,90 @@ TEST(AttentionQuantPrimitives, VectorSetsEqualScalarTwin) {
             << name << " " << dtype_name(kt) << " group " << group;
       }
     }
+}
+
+// pv_quant (quantized V in integers): every vector set gives the scalar twin's bits, and the twin
+// stays within the rounding its contract allows of float64 on the decoded rows. Rows of extreme
+// codes (q8_0 -128 / 127, q4_0 0 / 15) and an all-zero row; weights of exactly 1, 0, below the
+// floor, and a head with no weight at all; key counts around the 64-key tile and odd ones; groups
+// of 1 to 16 (tiles of 8 and a partial one); acc starting non-zero (the contract adds to it).
+TEST(AttentionQuantPrimitives, PvQuantEqualsScalarTwinAndFloat64) {
+  std::mt19937_64 rng(test_seed() + 3);
+  std::normal_distribution<float> nd(0.0f, 4.0f);
+  std::uniform_real_distribution<float> ud(0.0f, 1.0f);
+  const AttnQuantOps& scalar = attn_quant_ops_scalar();
+  for (DType vt : {DType::kQ8_0, DType::kQ4_0})
+    for (int64_t hd : {32, 128, 256})
+      for (int64_t group : {1, 3, 8, 9, 16})
+        for (int64_t n : {1, 2, 31, 63, 64, 65, 130}) {
+          const int64_t k0 = 5, ctx = k0 + n, nb = hd / 32;
+          KvCache cache(KvCacheSpec{1, 1, hd, DType::kQ8_0, vt, 16});
+          std::vector<float> k(size_t(ctx * hd)), v(k.size());
+          for (auto& e : k) e = nd(rng);
+          for (auto& e : v) e = nd(rng);
+          for (int64_t e = 0; e < hd && ctx > 7; ++e) v[size_t(7 * hd + e)] = 0.0f;  // an all-zero row
+          cache.append(0, k.data(), v.data(), ctx);
+          KvLayerView view = cache.view(0);
+          for (int64_t r : {int64_t(k0), int64_t(k0 + n / 2)}) {
+            auto* row = const_cast<uint8_t*>(view.v_row(0, r));
+            for (int64_t b = 0; b < nb; ++b) {
+              if (vt == DType::kQ8_0) std::memset(reinterpret_cast<BlockQ8_0*>(row)[b].qs, r == k0 ? 0x80 : 0x7f, 32);
+              else std::memset(reinterpret_cast<BlockQ4_0*>(row)[b].qs, r == k0 ? 0x00 : 0xff, 16);
+            }
+          }
+          const int64_t ps = n + 3;  // p rows of another stride than n
+          std::vector<float> p(size_t(group * ps));
+          for (int64_t i = 0; i < group; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              const uint64_t u = rng() % 10;
+              float& x = p[size_t(i * ps + j)];
+              x = u == 0 ? 1.0f : u == 1 ? 0.0f : u == 2 ? 1e-17f : u == 3 ? ud(rng) * 1e-4f : ud(rng);
+              if (i == 1) x = 0.0f;    // a head with no weight
+              if (i == 2) x = 1e-17f;  // a head under the floor (its tile-blocks add nothing)
+            }
+          std::vector<float> acc0(size_t(group * hd));
+          for (auto& e : acc0) e = nd(rng);
+          std::vector<float> want = acc0;
+          scalar.pv_quant(view, 0, k0, n, p.data(), ps, group, want.data());
+          for (const auto& [name, ops] : vector_sets()) {
+            std::vector<float> got = acc0;
+            ops->pv_quant(view, 0, k0, n, p.data(), ps, group, got.data());
+            EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4))
+                << name << " " << dtype_name(vt) << " hd " << hd << " group " << group << " n " << n;
+          }
+          // float64 on the decoded rows. Each 16-bit weight rounds by at most half a unit of
+          // m / 32767 (m: the tile's largest p times the block's largest |d|), and a tile-block with
+          // either maximum under the floor is dropped:
+          // per element at most 0.5 · (m / 32767) · Σ_j |c_j| per tile, plus the f32 rounding.
+          std::vector<std::vector<float>> rows(static_cast<size_t>(n), std::vector<float>(static_cast<size_t>(hd)));
+          for (int64_t j = 0; j < n; ++j) decode_kv_row(vt, view.v_row(0, k0 + j), rows[size_t(j)].data(), hd);
+          auto scale_of = [&](int64_t j, int64_t b) {
+            const uint8_t* row = view.v_row(0, k0 + j);
+            return double(f16_to_f32(vt == DType::kQ8_0 ? reinterpret_cast<const BlockQ8_0*>(row)[b].d
+                                                        : reinterpret_cast<const BlockQ4_0*>(row)[b].d));
+          };
+          for (int64_t i = 0; i < group; ++i)
+            for (int64_t e = 0; e < hd; ++e) {
+              const int64_t b = e / 32;
+              double ref = acc0[size_t(i * hd + e)], bound = 1e-6 * std::fabs(ref);
+              for (int64_t j0 = 0; j0 < n; j0 += kAttnPvKeys) {
+                double pmax = 0, dmax = 0, codes = 0;
+                for (int64_t j = j0; j < std::min(n, j0 + kAttnPvKeys); ++j) {
+                  const double pj = p[size_t(i * ps + j)], d = scale_of(j, b), x = rows[size_t(j)][size_t(e)];
+                  ref += pj * x;
+                  pmax = std::max(pmax, pj);
+                  dmax = std::max(dmax, std::fabs(d));
+                  codes += d != 0 ? std::fabs(x / d) : 0.0;
+                  bound += 1e-6 * std::fabs(pj * x);
+                }
+                const double m = pmax * dmax;  // the contract's bound on |p·d| over the tile-block
+                const bool kept = pmax >= double(kAttnPvFloor) && dmax >= double(kAttnPvFloor);
+                bound += kept ? 0.5 * m / 32767.0 * codes : m * codes;
+              }
+              ASSERT_LE(std::fabs(double(want[size_t(i * hd + e)]) - ref), bound)
+                  << dtype_name(vt) << " hd " << hd << " group " << group << " n " << n << " head " << i << " dim " << e;
+            }
+        }
 }
 
 }  // namespace

@@ -18,7 +18,8 @@ namespace weft {
 
 namespace {
 
-// V rows dequantized per tile: 32 rows x head_dim floats (32 KiB at head_dim 256) stay in L1/L2.
+// f16 V rows (beside a quantized K) decoded per tile: 32 rows x head_dim floats (32 KiB at head_dim
+// 256) stay in L1/L2. Quantized V takes pv_quant (integers).
 constexpr int64_t kVTile = 32;
 
 bool is_quant(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
@@ -103,8 +104,62 @@ void accumulate_v_scalar(const float* v, int64_t n, const float* p, int64_t p_st
     }
 }
 
+// Block b of a q8_0 / q4_0 V row: its scale (f32) and its 32 codes (q4_0: nibble − 8).
+void v_block_codes(bool q4, const uint8_t* row, int64_t b, float* d, int32_t* codes) {
+  if (q4) {
+    const BlockQ4_0& v = reinterpret_cast<const BlockQ4_0*>(row)[b];
+    *d = f16_to_f32(v.d);
+    for (int e = 0; e < 16; ++e) {
+      codes[e] = int32_t(v.qs[e] & 0x0f) - 8;
+      codes[e + 16] = int32_t(v.qs[e] >> 4) - 8;
+    }
+  } else {
+    const BlockQ8_0& v = reinterpret_cast<const BlockQ8_0*>(row)[b];
+    *d = f16_to_f32(v.d);
+    for (int e = 0; e < 32; ++e) codes[e] = v.qs[e];
+  }
+}
+
+// AttnQuantOps::pv_quant, literally.
+void pv_quant_scalar(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const float* p, int64_t p_stride,
+                     int64_t group, float* acc) {
+  const bool q4 = kv.v_type == DType::kQ4_0;
+  const int64_t hd = kv.head_dim, nb = hd / 32;
+  const uint8_t* rows[kAttnPvKeys];
+  float d[kAttnPvKeys];
+  int32_t codes[kAttnPvKeys][32];
+  std::vector<AttnPvScale> head(static_cast<size_t>(group));
+  for (int64_t j0 = 0; j0 < n; j0 += kAttnPvKeys) {
+    const int64_t nt = std::min(kAttnPvKeys, n - j0);
+    kv.v_rows(g, k0 + j0, nt, rows);
+    for (int64_t i = 0; i < group; ++i) {
+      float pmax = 0.0f;
+      for (int64_t j = 0; j < nt; ++j) pmax = std::max(pmax, p[i * p_stride + j0 + j]);
+      head[i] = attn_pv_head_scale(pmax);
+    }
+    for (int64_t b = 0; b < nb; ++b) {
+      float dmax = 0.0f;
+      for (int64_t j = 0; j < nt; ++j) {
+        v_block_codes(q4, rows[j], b, &d[j], codes[j]);
+        dmax = std::max(dmax, std::fabs(d[j]));
+      }
+      const AttnPvScale blk = attn_pv_block_scale(dmax);
+      for (int64_t i = 0; i < group; ++i) {
+        const float inv = head[i].inv * blk.inv, out = head[i].out * blk.out;
+        int32_t a[32] = {};
+        for (int64_t j = 0; j < nt; ++j) {
+          const int32_t w = attn_round_i32(p[i * p_stride + j0 + j] * d[j] * inv);
+          for (int e = 0; e < 32; ++e) a[e] += w * codes[j][e];
+        }
+        float* o = acc + i * hd + 32 * b;
+        for (int e = 0; e < 32; ++e) o[e] = std::fma(float(a[e]), out, o[e]);
+      }
+    }
+  }
+}
+
 const AttnQuantOps kScalarOps = {scores_scalar_any, exp_sum_scalar, load_row_scalar, dot_scalar,
-                                 accumulate_v_scalar, nullptr};
+                                 accumulate_v_scalar, pv_quant_scalar};
 
 // ---- Driver (shared by both paths). ----
 
@@ -174,7 +229,10 @@ void chunk_partial(const AttnQuantOps& o, const KvLayerView& kv, int64_t g, int6
     out.l[i] = o.exp_sum(s + i * n, n, m);
   }
   std::fill(out.acc, out.acc + group * hd, 0.0f);
-  if (o.accumulate_v_rows != nullptr && o.accumulate_v_rows(kv, g, k0, n, s, n, group, out.acc)) return;
+  if (is_quant(kv.v_type)) {
+    o.pv_quant(kv, g, k0, n, s, n, group, out.acc);
+    return;
+  }
   for (int64_t j0 = 0; j0 < n; j0 += kVTile) {
     const int64_t nt = std::min(kVTile, n - j0);
     for (int64_t j = 0; j < nt; ++j) o.load_row(kv.v_type, kv.v_row(g, k0 + j0 + j), vt + j * hd, hd);

@@ -16,15 +16,27 @@
 //    The cache entries themselves are never re-quantized (they were encoded at append).
 //  * Softmax: attn_exp (below), a polynomial exp with the same bits in scalar and vector code.
 //  * f16 K (with quantized V): rows are widened to f32 and dotted with FMA.
-//  * V: rows are dequantized once into a small f32 tile, then p·v is accumulated for all heads
-//    of the group in float, register-blocked.
+//  * Quantized V: p·v in integers (pv_quant below). Per tile of kAttnPvKeys keys and 32-value
+//    block, each head's weights p·d (probability times the row's block scale) are scaled to 16-bit
+//    integers and meet the rows' stored codes in exact int32 sums (VNNI: vpdpwssd, two keys per
+//    instruction, the V codes widened once for all heads of the group); one float fma per element
+//    and tile adds the sum back. The f32 form (decode each code, one fma per head, key and value)
+//    was 48% of a 32K q8_0 call and no faster than f16's, although its rows are half the bytes.
+//    The weights' bound is the product of two maxima (the head's largest p over the tile, the
+//    block's largest |d| over the tile), so nothing is computed per head and block but the
+//    weights themselves; they round by at most 1/65534 of that bound, well under q8_0's own
+//    rounding (1/254 of a block's max).
+//  * f16 V (with quantized K): rows are decoded once into a small f32 tile, then p·v is
+//    accumulated for all heads of the group in float, register-blocked.
 //  * The AVX2 and AVX-512 kernels and their scalar twins use the same float operations in the
-//    same order, so every path gives bit-identical results (tested set against set).
+//    same order (integer work in any order: it is exact), so every path gives bit-identical
+//    results (tested set against set).
 //
 // Error bounds, as max |out − ref| / max |v| (tests/attention_quant_test.cpp: N(0,1) q, k, v,
 // scale head_dim^-0.5, contexts 1..1300 and 2100, head_dim 64/128/256, GQA 1/4/8):
 //  * kernel error, vs float64 on the *dequantized* cache rows (cache quantization excluded):
-//    f16 K: bound 1e-5 (seen ~1e-7); q8_0/q4_0 K: bound 2e-2 (seen up to 7.4e-3), which is the
+//    f16 K with f16 V: bound 1e-5 (seen ~1e-7); f16 K with quantized V: bound 1e-4 (seen up to
+//    2.3e-5), the 16-bit p·v weights; q8_0/q4_0 K: bound 2e-2 (seen up to 7.4e-3), which is the
 //    query's q8 rounding (≤ 0.4% of each 32-value block's max), not accumulation error.
 //  * total error vs float64 on the original values: the sum of a K term (f16 2e-3, q8_0 2.5e-2,
 //    q4_0 1.5e-1) and a V term (q8_0 1.5e-2, q4_0 1.5e-1). Seen: q8_0/q8_0 ≤ 6e-3,
@@ -34,6 +46,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
@@ -114,12 +127,39 @@ struct AttnQuantOps {
   // acc[i][d] += Σ_j p[i·p_stride + j] · v[j][d] for j < n (in j order), i < group, d < hd.
   void (*accumulate_v)(const float* v, int64_t n, const float* p, int64_t p_stride, int64_t group,
                        int64_t hd, float* acc);
-  // Optional (nullptr: the two steps above): the same acc update straight from the cache's V rows
-  // k0..k0+n-1 of kv head g, each value decoded as load_row decodes it, in registers; returns
-  // false (and does nothing) for a V type it does not handle.
-  bool (*accumulate_v_rows)(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const float* p, int64_t p_stride,
-                            int64_t group, float* acc);
+  // Quantized V (q8_0 / q4_0): acc[i][d] += p·v over the cache's V rows k0..k0+n-1 of kv head g,
+  // i < group, in integers (p ≥ 0: softmax weights). Per tile of kAttnPvKeys keys (j0, j0 + 64,
+  // ..) and 32-value block b, for each head i, with p_j = p[i·p_stride + j], d_j the row's block
+  // scale (f32) and c_j,e its stored codes (q8_0: int8; q4_0: nibble − 8):
+  //   h = attn_pv_head_scale(max_j p_j)  (per head and tile);  k = attn_pv_block_scale(max_j |d_j|)
+  //   w_j = attn_round_i32((p_j · d_j) · (h.inv · k.inv))    (|w_j| ≤ 32767)
+  //   A_e = Σ_j w_j · c_j,e                                 (int32, exact in any order)
+  //   acc[i][32b + e] = fma(float(A_e), h.out · k.out, acc[i][32b + e])
+  // The maxima are exact in any order. Every path computes these same operations: the same bits.
+  void (*pv_quant)(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const float* p, int64_t p_stride,
+                   int64_t group, float* acc);
 };
+
+// pv_quant's tile and scale rule. 64 keys keep the int32 sums exact (64 · 32767 · 128 < 2^31) and
+// the tile's rows in L1 across its blocks. The weights' bound is a product of two maxima: per head
+// and tile (its largest p: inv 32767 / p, out p / 32767) and per block and tile (the largest
+// |scale|: inv 1 / d, out d), so the divisions are per head and tile and per block, not per head
+// and block. Below the floor a factor is 0 and the tile-block adds nothing: a tile whose weights
+// are all under 2^-50 of the chunk's largest (its contribution is far under f32's resolution of
+// the sum), or a block of zeros (f16 scales are 0 or >= 2^-24); the products stay finite.
+constexpr int64_t kAttnPvKeys = 64;
+constexpr float kAttnPvFloor = 0x1p-50f;
+struct AttnPvScale {
+  float inv, out;
+};
+inline AttnPvScale attn_pv_head_scale(float pmax) {
+  return pmax >= kAttnPvFloor ? AttnPvScale{32767.0f / pmax, pmax / 32767.0f} : AttnPvScale{0.0f, 0.0f};
+}
+inline AttnPvScale attn_pv_block_scale(float dmax) {
+  return dmax >= kAttnPvFloor ? AttnPvScale{1.0f / dmax, dmax} : AttnPvScale{0.0f, 0.0f};
+}
+// Round to nearest even, as cvtps2dq does under the default MXCSR (lrint: no UB for any input).
+inline int32_t attn_round_i32(float x) { return int32_t(std::lrint(x)); }
 
 // The vector sets keep a tile of up to Max heads' accumulators in registers, so a kernel is a
 // template on the tile's head count: for_head_tiles walks a GQA group in tiles of Max heads and

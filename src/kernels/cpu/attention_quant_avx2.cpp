@@ -214,80 +214,103 @@ void accumulate_v_avx2(const float* v, int64_t n, const float* p, int64_t p_stri
   });
 }
 
-// V rows straight from the cache (q8_0 or q4_0), decoded in registers: per tile of 32 rows
-// (their addresses computed once; the tile's 8.5 KiB stay in L1), per 32-dim block and 8-dim
-// quarter of it, each row's 8 codes widened and times its scale (load_row's f32(q) * d, the same
-// rounding), then NH <= 8 heads' fmas into NH accumulators held in registers across the tile.
-// Each acc element still sees the rows in order, so the bits are accumulate_v's; what it saves
-// is writing the decoded tile and reading it back per 4 heads (twice at GQA 8), and the V loads
-// of the second pass. The next tile's rows are prefetched a line per row step (spread_prefetch.h).
+// pv_quant (attention_quant.h) for NH <= 8 heads: per 64-key tile and 32-value block, the heads'
+// weights x = p·d (lanes = heads, from the tile's p transposed once), the scale bound and the
+// 16-bit (w_a, w_b) pair of each key pair; then per 8-dim quarter of the block, per key pair the two
+// rows' 8 codes interleaved and widened to 16 bits once for all heads, and per head one vpmaddwd
+// (16 exact products) and one add into int32 sums held in registers across the tile. The next
+// tile's rows are prefetched a line per row step (spread_prefetch.h).
 template <bool kQ4>
-inline __m256 v_codes8(const uint8_t* blk, int c) {
+inline __m128i v_codes8(const uint8_t* row, int64_t b, int c) {
   if constexpr (kQ4) {
-    const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(reinterpret_cast<const BlockQ4_0*>(blk)->qs + 8 * (c & 1)));
+    const BlockQ4_0& v = reinterpret_cast<const BlockQ4_0*>(row)[b];
+    const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(v.qs + 8 * (c & 1)));
     const __m128i nib = _mm_and_si128(c >= 2 ? _mm_srli_epi16(raw, 4) : raw, _mm_set1_epi8(0x0f));
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_sub_epi8(nib, _mm_set1_epi8(8))));
+    return _mm_sub_epi8(nib, _mm_set1_epi8(8));
   } else {
-    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(reinterpret_cast<const BlockQ8_0*>(blk)->qs + 8 * c));
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+    return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(reinterpret_cast<const BlockQ8_0*>(row)[b].qs + 8 * c));
   }
 }
 
 template <bool kQ4, int NH>
-void accumulate_v_rows_tile(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const float* p, int64_t p_stride,
-                            float* acc) {
-  using Block = std::conditional_t<kQ4, BlockQ4_0, BlockQ8_0>;
-  constexpr int64_t kTile = 32;
+void pv_quant_heads(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const float* p, int64_t p_stride,
+                    float* acc) {
+  constexpr int64_t kT = kAttnPvKeys;
   const int64_t hd = kv.head_dim;
-  const Block* rows[kTile];
-  const Block* next[kTile];
-  alignas(32) float dv[kTile];
-  kv.v_rows(g, k0, std::min(kTile, n), next);
-  for (int64_t j0 = 0; j0 < n; j0 += kTile) {
-    const int64_t nt = std::min(kTile, n - j0), nn = std::min(kTile, n - j0 - nt);
+  const uint8_t* rows[kT];
+  const uint8_t* next[kT];
+  alignas(32) float pt[kT][8];       // the tile's p, [key][head]
+  alignas(32) float x[kT][8];        // p·d of the current block, [key][head]
+  alignas(32) int32_t w[kT / 2][8];  // (w_a, w_b) 16-bit pairs per key pair, [pair][head]
+  kv.v_rows(g, k0, std::min(kT, n), next);
+  for (int64_t j0 = 0; j0 < n; j0 += kT) {
+    const int64_t nt = std::min(kT, n - j0), nn = std::min(kT, n - j0 - nt);
     std::copy(next, next + nt, rows);
     kv.v_rows(g, k0 + j0 + nt, nn, next);
-    SpreadPrefetch<Block> pf(next, nn, int64_t(kv.v_row_bytes));
+    SpreadPrefetch<uint8_t> pf(next, nn, int64_t(kv.v_row_bytes));
+    // The tile's p, [key][head], and each head's largest (max_ps(p, m) is std::max(m, p)).
+    __m256 pmax = _mm256_setzero_ps();
+    for (int64_t j = 0; j < nt; ++j) {
+      for (int i = 0; i < 8; ++i) pt[j][i] = i < NH ? p[i * p_stride + j0 + j] : 0.0f;
+      pmax = _mm256_max_ps(_mm256_load_ps(pt[j]), pmax);
+    }
+    // attn_pv_head_scale per lane.
+    const __m256 big = _mm256_set1_ps(32767.0f);
+    const __m256 ok = _mm256_cmp_ps(pmax, _mm256_set1_ps(kAttnPvFloor), _CMP_GE_OQ);
+    const __m256 h_inv = _mm256_and_ps(ok, _mm256_div_ps(big, pmax)), h_out = _mm256_and_ps(ok, _mm256_div_ps(pmax, big));
     for (int64_t b = 0; b < hd / 32; ++b) {
-      for (int64_t j = 0; j < nt; ++j) dv[j] = _cvtsh_ss(rows[j][b].d);
+      float dmax = 0.0f;
+      for (int64_t j = 0; j < nt; ++j) {
+        pf.step(1);
+        const uint16_t d16 = kQ4 ? reinterpret_cast<const BlockQ4_0*>(rows[j])[b].d : reinterpret_cast<const BlockQ8_0*>(rows[j])[b].d;
+        const float dj = _cvtsh_ss(d16);
+        dmax = std::max(dmax, std::fabs(dj));
+        _mm256_store_ps(x[j], _mm256_mul_ps(_mm256_load_ps(pt[j]), _mm256_set1_ps(dj)));
+      }
+      const AttnPvScale blk = attn_pv_block_scale(dmax);
+      const __m256 inv = _mm256_mul_ps(h_inv, _mm256_set1_ps(blk.inv));
+      alignas(32) float out[8];
+      _mm256_store_ps(out, _mm256_mul_ps(h_out, _mm256_set1_ps(blk.out)));
+      for (int64_t j = 0; j < nt; j += 2) {
+        const __m256i wa = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(x[j]), inv));
+        const __m256i wb = j + 1 < nt ? _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(x[j + 1]), inv))
+                                      : _mm256_setzero_si256();
+        _mm256_store_si256(reinterpret_cast<__m256i*>(w[j / 2]), _mm256_blend_epi16(wa, _mm256_slli_epi32(wb, 16), 0xaa));
+      }
       for (int c = 0; c < 4; ++c) {
-        float* ab = acc + 32 * b + 8 * c;
-        __m256 a[NH];
+        __m256i a[NH];
 #pragma GCC unroll 8
-        for (int i = 0; i < NH; ++i) a[i] = _mm256_loadu_ps(ab + i * hd);
-        for (int64_t j = 0; j < nt; ++j) {
-          if (c == 0) pf.step(1);
-          const __m256 v = _mm256_mul_ps(v_codes8<kQ4>(reinterpret_cast<const uint8_t*>(rows[j] + b), c),
-                                         _mm256_broadcast_ss(dv + j));
-          const float* pj = p + j0 + j;
+        for (int i = 0; i < NH; ++i) a[i] = _mm256_setzero_si256();
+        for (int64_t j = 0; j < nt; j += 2) {
+          const __m128i ca = v_codes8<kQ4>(rows[j], b, c);
+          const __m128i cb = j + 1 < nt ? v_codes8<kQ4>(rows[j + 1], b, c) : _mm_setzero_si128();
+          const __m256i v = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(ca, cb));  // (a, b) per dim, in order
+          const int32_t* wj = w[j / 2];
 #pragma GCC unroll 8
-          for (int i = 0; i < NH; ++i) a[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(pj + i * p_stride), v, a[i]);
+          for (int i = 0; i < NH; ++i) a[i] = _mm256_add_epi32(a[i], _mm256_madd_epi16(v, _mm256_set1_epi32(wj[i])));
         }
+        float* ab = acc + 32 * b + 8 * c;
 #pragma GCC unroll 8
-        for (int i = 0; i < NH; ++i) _mm256_storeu_ps(ab + i * hd, a[i]);
+        for (int i = 0; i < NH; ++i)
+          _mm256_storeu_ps(ab + i * hd, _mm256_fmadd_ps(_mm256_cvtepi32_ps(a[i]), _mm256_broadcast_ss(out + i),
+                                                        _mm256_loadu_ps(ab + i * hd)));
       }
     }
   }
 }
 
-template <bool kQ4>
-void accumulate_v_rows_typed(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const float* p, int64_t p_stride,
-                             int64_t group, float* acc) {
+void pv_quant_avx2(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const float* p, int64_t p_stride,
+                   int64_t group, float* acc) {
   const int64_t hd = kv.head_dim;
+  const bool q4 = kv.v_type == DType::kQ4_0;
   for_head_tiles<8>(group, [&](int64_t h, auto nh) {
-    accumulate_v_rows_tile<kQ4, decltype(nh)::value>(kv, g, k0, n, p + h * p_stride, p_stride, acc + h * hd);
+    constexpr int NH = decltype(nh)::value;
+    if (q4) pv_quant_heads<true, NH>(kv, g, k0, n, p + h * p_stride, p_stride, acc + h * hd);
+    else pv_quant_heads<false, NH>(kv, g, k0, n, p + h * p_stride, p_stride, acc + h * hd);
   });
 }
 
-bool accumulate_v_rows_avx2(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const float* p, int64_t p_stride,
-                            int64_t group, float* acc) {
-  if (kv.v_type == DType::kQ8_0) accumulate_v_rows_typed<false>(kv, g, k0, n, p, p_stride, group, acc);
-  else if (kv.v_type == DType::kQ4_0) accumulate_v_rows_typed<true>(kv, g, k0, n, p, p_stride, group, acc);
-  else return false;
-  return true;
-}
-
-const AttnQuantOps kAvx2Ops = {scores_avx2, exp_sum_avx2, load_row_avx2, dot_avx2, accumulate_v_avx2, accumulate_v_rows_avx2};
+const AttnQuantOps kAvx2Ops = {scores_avx2, exp_sum_avx2, load_row_avx2, dot_avx2, accumulate_v_avx2, pv_quant_avx2};
 
 }  // namespace
 

@@ -10,14 +10,16 @@
 //    stay in registers over the tile's rows, so each V row is loaded once per 16 dims instead of
 //    once per 4 heads. Every acc[i][d] still takes fma(p[i][j], v[j][d], acc[i][d]) in j order:
 //    the vector width does not touch an element's order.
-//  * q8_0 V rows are decoded in registers inside the p·v loop (accumulate_v_rows: the same
-//    f32(q) * d per value), not written to a tile and read back; other V types take the tile.
+//  * Quantized V: p·v in integers (pv_quant): per key pair the two rows' codes interleaved and
+//    widened once for the group, then vpdpwssd per head, 32 exact products an instruction against
+//    the f32 form's 16 fmas (the f32 tile remains for f16 V).
 //  * The softmax exps 16 at a time (exp_sum, the AVX2 twin's operations and sum order); rows are
 //    otherwise decoded and f16 keys dotted by the AVX2 primitives (the same functions).
 // Measured with tools/attention_quant_bench (docs/results.md section 13).
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/dtype.h"
 #include "kernels/cpu/attention_quant.h"
@@ -194,72 +196,173 @@ void accumulate_v(const float* v, int64_t n, const float* p, int64_t p_stride, i
   });
 }
 
-// q8_0 V rows straight from the cache: per tile of 32 rows (their addresses computed once; the
-// tile's 8.5 KiB stay in L1) and per 32-dim block, each row's 32 codes widened and times its
-// scale (load_row's f32(q) * d, the same rounding), then NH heads x 32 dims of fmas in registers.
-// Saves writing and re-reading the decoded tile; each acc element still sees the rows in order.
-template <int NH>
-void accumulate_v_rows_q8(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const float* p, int64_t p_stride,
-                          float* acc) {
-  constexpr int64_t kTile = 32;
-  const int64_t hd = kv.head_dim;
-  const BlockQ8_0* rows[kTile];
-  const BlockQ8_0* next[kTile];
-  for (int64_t j = 0; j < std::min(kTile, n); ++j) next[j] = reinterpret_cast<const BlockQ8_0*>(kv.v_row(g, k0 + j));
-  for (int64_t j0 = 0; j0 < n; j0 += kTile) {
-    const int64_t nt = std::min(kTile, n - j0), nn = std::min(kTile, n - j0 - nt);
+// pv_quant (attention_quant.h) for NH <= 8 heads. Per 64-key tile: each head's largest p and its
+// scale factor (lanes = heads); per 32-value block: the rows' scales (lanes = keys), the block's
+// factor, and per head the keys' 16-bit weights (p read in place, lanes = keys) packed two keys to
+// a dword by vpackssdw, whose order is fixed (pack_slot_key); the rows are walked in that order.
+// Per slot the two rows' 32 codes are interleaved (a, b, a, b, ..) and widened to 16 bits once for
+// all heads, then per head two vpdpwssd against the slot's (w_a, w_b) broadcast: 32 exact products
+// each. The int32 sums hold dims [0..7, 16..23] and [8..15, 24..31]; the tile's fma puts them back.
+template <bool kQ4>
+inline __m256i v_codes32(const uint8_t* row, int64_t b) {
+  if constexpr (kQ4) {
+    const BlockQ4_0& v = reinterpret_cast<const BlockQ4_0*>(row)[b];
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v.qs)), low4 = _mm_set1_epi8(0x0f);
+    const __m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low4), _mm_and_si128(raw, low4));
+    return _mm256_sub_epi8(nib, _mm256_set1_epi8(8));
+  } else {
+    return load32(reinterpret_cast<const BlockQ8_0*>(row)[b].qs);
+  }
+}
+
+// vpackssdw(a = keys 0-15, b = keys 16-31) puts, per 128-bit lane L, a's 4L..4L+3 then b's: dword
+// s of the result holds the weights of keys pack_slot_key(s) and pack_slot_key(s) + 1.
+constexpr int pack_slot_key(int s) { return s % 4 < 2 ? 4 * (s / 4) + 2 * (s % 4) : 16 + 4 * (s / 4) + 2 * (s % 4 - 2); }
+
+// acc += the 16 dword lanes' pair products of v and w (vpdpwssd). In asm so that acc is updated in
+// its register: with the intrinsic GCC 12 copied all 16 accumulators each iteration (vmovdqa32 x 16
+// per key pair, perf annotate), about as many instructions as the products themselves.
+inline __m512i dpwssd_in_place(__m512i acc, __m512i v, __m512i w) {
+  asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(v), "v"(w));
+  return acc;
+}
+// The (w_a, w_b) weights of slot s, one dword.
+inline int32_t slot_weights(const int16_t* w, int64_t s) {
+  int32_t x;
+  std::memcpy(&x, w + 2 * s, 4);
+  return x;
+}
+
+template <bool kQ4, int NH>
+void pv_quant_heads(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const float* p, int64_t p_stride,
+                    float* acc) {
+  constexpr int64_t kT = kAttnPvKeys, kQ = kT / 16;
+  constexpr size_t kBlock = kQ4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
+  const int64_t hd = kv.head_dim, nb = hd / 32;
+  const uint8_t* rows[kT];
+  const uint8_t* next[kT];
+  const uint8_t* slot_rows[kT];   // rows in slot order (keys past the tile: row 0, weight 0)
+  constexpr int64_t kMaxBlocks = 16;  // blocks whose scales are gathered at once (head_dim 512)
+  alignas(64) uint16_t dh[kMaxBlocks][kT];  // the tile's block scales (f16), [block][key]
+  alignas(64) int16_t w[NH][kT];  // per head the keys' 16-bit weights, in slot order
+  alignas(32) float h_inv[8], h_out[8], inv[8], out[8];
+  const int64_t n0 = std::min(kT, n);
+  kv.v_rows(g, k0, n0, next);
+  for (int64_t j0 = 0; j0 < n; j0 += kT) {
+    const int64_t nt = std::min(kT, n - j0), nn = std::min(kT, n - j0 - nt), nq = (nt + 15) / 16;
+    const int64_t n_slots = 16 * ((nt + 31) / 32);
     std::copy(next, next + nt, rows);
-    for (int64_t j = 0; j < nn; ++j) next[j] = reinterpret_cast<const BlockQ8_0*>(kv.v_row(g, k0 + j0 + nt + j));
-    // The next tile's rows: row j's pass b fetches block b of the next tile's row j (past the
-    // keys: its own, in cache), from this table rather than a cursor carried from row to row (a
-    // store and reload per row; the f16 kernel measured 42-46 -> 37-43 ns per key without it).
-    for (int64_t j = nn; j < nt; ++j) next[j] = rows[j];
-    for (int64_t b = 0; b < hd / 32; ++b) {
-      __m512 a0[NH], a1[NH];
+    if (nn > 0) kv.v_rows(g, k0 + j0 + nt, nn, next);
+    // Rows past the keys prefetch their own blocks (in cache), so the loop below has no branch.
+    for (int64_t j = nn; j < kT; ++j) next[j] = rows[j < nt ? j : 0];
+    for (int64_t s = 0; s < n_slots; ++s) {
+      const int64_t key = 32 * (s / 16) + pack_slot_key(int(s % 16));
+      slot_rows[2 * s] = key < nt ? rows[key] : rows[0];
+      slot_rows[2 * s + 1] = key + 1 < nt ? rows[key + 1] : rows[0];
+    }
+    __mmask16 live[kQ];
+#pragma GCC unroll 4
+    for (int64_t q = 0; q < kQ; ++q)
+      live[q] = q < nq ? _cvtu32_mask16(uint32_t(0xffffull >> std::max<int64_t>(0, 16 * q + 16 - nt))) : 0;
+    // Each head's largest p over the tile (max_ps(p, m) is std::max(m, p)), then its factor.
+    alignas(32) float ph[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 #pragma GCC unroll 8
-      for (int i = 0; i < NH; ++i) {
-        a0[i] = _mm512_loadu_ps(acc + i * hd + 32 * b);
-        a1[i] = _mm512_loadu_ps(acc + i * hd + 32 * b + 16);
-      }
-      for (int64_t j = 0; j < nt; ++j) {
-        __builtin_prefetch(next[j] + b, 0, 2);
-        const BlockQ8_0* blk = rows[j] + b;
-        const __m512 d = _mm512_set1_ps(_cvtsh_ss(blk->d));
-        const __m256i q = load32(blk->qs);
-        const __m512 v0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))), d);
-        const __m512 v1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))), d);
-        const float* pj = p + j0 + j;
-#pragma GCC unroll 8
-        for (int i = 0; i < NH; ++i) {
-          const __m512 pij = _mm512_set1_ps(pj[i * p_stride]);
-          a0[i] = _mm512_fmadd_ps(pij, v0, a0[i]);
-          a1[i] = _mm512_fmadd_ps(pij, v1, a1[i]);
+    for (int i = 0; i < NH; ++i) {
+      __m512 m = _mm512_setzero_ps();
+#pragma GCC unroll 4
+      for (int64_t q = 0; q < kQ; ++q) m = _mm512_max_ps(_mm512_maskz_loadu_ps(live[q], p + i * p_stride + j0 + 16 * q), m);
+      ph[i] = _mm512_reduce_max_ps(m);
+    }
+    {
+      const __m256 pm = _mm256_load_ps(ph), big = _mm256_set1_ps(32767.0f);
+      const __m256 ok = _mm256_cmp_ps(pm, _mm256_set1_ps(kAttnPvFloor), _CMP_GE_OQ);
+      _mm256_store_ps(h_inv, _mm256_and_ps(ok, _mm256_div_ps(big, pm)));
+      _mm256_store_ps(h_out, _mm256_and_ps(ok, _mm256_div_ps(pm, big)));
+    }
+    for (int64_t b = 0; b < nb; ++b) {
+      // The block scales of the tile's rows, gathered for up to kMaxBlocks blocks a row at a time
+      // (one row pointer per row, not per row and block); keys past the tile get scale 0.
+      if (b % kMaxBlocks == 0) {
+        const int64_t nbg = std::min(kMaxBlocks, nb - b);
+        for (int64_t j = 0; j < kT; ++j) {
+          const uint8_t* row = rows[j < nt ? j : 0];
+          for (int64_t c = 0; c < nbg; ++c)
+            dh[c][j] = j >= nt ? uint16_t(0)
+                       : kQ4 ? reinterpret_cast<const BlockQ4_0*>(row)[b + c].d
+                             : reinterpret_cast<const BlockQ8_0*>(row)[b + c].d;
         }
       }
+      const uint16_t* dhb = dh[b % kMaxBlocks];
+      __m512 d[kQ];
+      __m512 dmax = _mm512_setzero_ps();
+#pragma GCC unroll 4
+      for (int64_t q = 0; q < kQ; ++q) {
+        d[q] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dhb + 16 * q)));
+        dmax = _mm512_max_ps(_mm512_abs_ps(d[q]), dmax);
+      }
+      const AttnPvScale blk = attn_pv_block_scale(_mm512_reduce_max_ps(dmax));
+      _mm256_store_ps(inv, _mm256_mul_ps(_mm256_load_ps(h_inv), _mm256_set1_ps(blk.inv)));
+      _mm256_store_ps(out, _mm256_mul_ps(_mm256_load_ps(h_out), _mm256_set1_ps(blk.out)));
+      // The 16-bit weights of each head: (p·d)·inv over the tile's keys, two keys to a dword.
 #pragma GCC unroll 8
       for (int i = 0; i < NH; ++i) {
-        _mm512_storeu_ps(acc + i * hd + 32 * b, a0[i]);
-        _mm512_storeu_ps(acc + i * hd + 32 * b + 16, a1[i]);
+        const float* pi = p + i * p_stride + j0;
+        const __m512 vi = _mm512_set1_ps(inv[i]);
+        auto weights = [&](int64_t q) {
+          const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(live[q], pi + 16 * q), d[q]);
+          return _mm512_cvtps_epi32(_mm512_mul_ps(x, vi));
+        };
+#pragma GCC unroll 2
+        for (int64_t q = 0; q < kQ; q += 2)
+          _mm512_store_si512(reinterpret_cast<__m512i*>(w[i] + 16 * q), _mm512_packs_epi32(weights(q), weights(q + 1)));
+      }
+      __m512i a0[NH], a1[NH];
+#pragma GCC unroll 8
+      for (int i = 0; i < NH; ++i) a0[i] = a1[i] = _mm512_setzero_si512();
+      auto slot = [&](const __m256i ca, const __m256i cb, int64_t s) {
+        const __m512i v0 = _mm512_cvtepi8_epi16(_mm256_unpacklo_epi8(ca, cb));  // dims 0-7, 16-23
+        const __m512i v1 = _mm512_cvtepi8_epi16(_mm256_unpackhi_epi8(ca, cb));  // dims 8-15, 24-31
+#pragma GCC unroll 8
+        for (int i = 0; i < NH; ++i) {
+          const __m512i wi = _mm512_set1_epi32(slot_weights(w[i], s));
+          a0[i] = dpwssd_in_place(a0[i], v0, wi);
+          a1[i] = dpwssd_in_place(a1[i], v1, wi);
+        }
+      };
+      // Block b of the next tile's rows is brought in two rows per slot (past the keys: their own).
+      for (int64_t s = 0; s < n_slots; ++s) {
+        __builtin_prefetch(next[2 * s] + kBlock * size_t(b), 0, 3);
+        __builtin_prefetch(next[2 * s + 1] + kBlock * size_t(b), 0, 3);
+        slot(v_codes32<kQ4>(slot_rows[2 * s], b), v_codes32<kQ4>(slot_rows[2 * s + 1], b), s);
+      }
+#pragma GCC unroll 8
+      for (int i = 0; i < NH; ++i) {
+        const __m512 f0 = _mm512_cvtepi32_ps(a0[i]), f1 = _mm512_cvtepi32_ps(a1[i]);
+        const __m512 o = _mm512_set1_ps(out[i]);
+        float* dst = acc + i * hd + 32 * b;
+        _mm512_storeu_ps(dst, _mm512_fmadd_ps(_mm512_shuffle_f32x4(f0, f1, 0x44), o, _mm512_loadu_ps(dst)));
+        _mm512_storeu_ps(dst + 16, _mm512_fmadd_ps(_mm512_shuffle_f32x4(f0, f1, 0xee), o, _mm512_loadu_ps(dst + 16)));
       }
     }
   }
 }
 
-bool accumulate_v_rows(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const float* p, int64_t p_stride,
-                       int64_t group, float* acc) {
-  if (kv.v_type != DType::kQ8_0) return false;
+void pv_quant(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const float* p, int64_t p_stride,
+              int64_t group, float* acc) {
   const int64_t hd = kv.head_dim;
+  const bool q4 = kv.v_type == DType::kQ4_0;
   for_head_tiles<8>(group, [&](int64_t h, auto nh) {
-    accumulate_v_rows_q8<decltype(nh)::value>(kv, g, k0, n, p + h * p_stride, p_stride, acc + h * hd);
+    constexpr int NH = decltype(nh)::value;
+    if (q4) pv_quant_heads<true, NH>(kv, g, k0, n, p + h * p_stride, p_stride, acc + h * hd);
+    else pv_quant_heads<false, NH>(kv, g, k0, n, p + h * p_stride, p_stride, acc + h * hd);
   });
-  return true;
 }
 
 }  // namespace
 
 const AttnQuantOps& attn_quant_ops_avx512() {
   static const AttnQuantOps ops = {scores, exp_sum, attn_quant_ops_avx2().load_row,
-                                   attn_quant_ops_avx2().dot, accumulate_v, accumulate_v_rows};
+                                   attn_quant_ops_avx2().dot, accumulate_v, pv_quant};
   return ops;
 }
 
