@@ -92,25 +92,41 @@ template <bool kQ4>
 void scores_rows(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, const AttnGroupQuery& q, float scale,
                  float* s) {
   alignas(64) float out[16];
-  // Each key brings in the row kPrefetchKeys ahead (spread_prefetch.h says why: not as a burst).
-  constexpr int64_t kPrefetchKeys = 16, kVFirstRows = 32;
+  // Each key brings in the row kPrefetchKeys ahead (spread_prefetch.h says why: not as a burst),
+  // and the first kVFirstRows keys the V rows p·v reads first (its first tile; it prefetches the
+  // rest itself). Row addresses come a run at a time (k_rows: no division per key).
+  constexpr int64_t kPrefetchKeys = 16, kVFirstRows = kAttnPvKeys, kRun = 256;
+  const uint8_t* k_run[kRun + kPrefetchKeys];
+  const uint8_t* v_first[kVFirstRows];
+  const int64_t nv = std::min(kVFirstRows, n);
+  kv.v_rows(g, k0, nv, v_first);
+  int64_t j_run = -kRun;
+  auto row_of = [&](int64_t j) {
+    if (j >= j_run + kRun) {
+      j_run = j;
+      kv.k_rows(g, k0 + j, std::min(kRun + kPrefetchKeys, n - j), k_run);
+    }
+    return k_run[j - j_run];
+  };
   auto prefetch_for = [&](int64_t j) {
     if (j + kPrefetchKeys < n) {
-      const char* ahead = reinterpret_cast<const char*>(kv.k_row(g, k0 + j + kPrefetchKeys));
+      const char* ahead = reinterpret_cast<const char*>(k_run[j - j_run + kPrefetchKeys]);
       for (size_t b = 0; b < kv.k_row_bytes; b += 64) __builtin_prefetch(ahead + b, 0, 2);
     }
-    // And the V rows that p·v reads first (its first 32-row tile; it prefetches the rest itself).
-    if (j < kVFirstRows) {
-      const char* v = reinterpret_cast<const char*>(kv.v_row(g, k0 + j));
+    if (j < nv) {
+      const char* v = reinterpret_cast<const char*>(v_first[j]);
       for (size_t b = 0; b < kv.v_row_bytes; b += 64) __builtin_prefetch(v + b, 0, 2);
     }
   };
   for (int64_t j = 0; j < n; ++j) {
-    const uint8_t* row = kv.k_row(g, k0 + j);
+    const uint8_t* row = row_of(j);
     prefetch_for(j);
     const bool pair = j + 1 < n;
-    if (pair) prefetch_for(j + 1);
-    const uint8_t* row_b = pair ? kv.k_row(g, k0 + j + 1) : row;
+    const uint8_t* row_b = row;
+    if (pair) {
+      row_b = row_of(j + 1);
+      prefetch_for(j + 1);
+    }
     for (int64_t h0 = 0; h0 < q.group; h0 += 8) {
       _mm512_store_ps(out, _mm512_mul_ps(scores_tile2<kQ4>(row, row_b, q.tiles + (h0 / 8) * q.nb, q.nb),
                                          _mm512_set1_ps(scale)));
