@@ -128,14 +128,16 @@ void pv_quant_scalar(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, co
   const uint8_t* rows[kAttnPvKeys];
   float d[kAttnPvKeys];
   int32_t codes[kAttnPvKeys][32];
-  std::vector<AttnPvScale> head(static_cast<size_t>(group));
+  // Per head of the group, reused across calls (one per chunk, kv head and layer: no allocation).
+  thread_local std::vector<AttnPvScale> head;
+  head.resize(static_cast<size_t>(group));
   for (int64_t j0 = 0; j0 < n; j0 += kAttnPvKeys) {
     const int64_t nt = std::min(kAttnPvKeys, n - j0);
     kv.v_rows(g, k0 + j0, nt, rows);
     for (int64_t i = 0; i < group; ++i) {
       float pmax = 0.0f;
       for (int64_t j = 0; j < nt; ++j) pmax = std::max(pmax, p[i * p_stride + j0 + j]);
-      head[i] = attn_pv_head_scale(pmax);
+      head[size_t(i)] = attn_pv_head_scale(pmax);
     }
     for (int64_t b = 0; b < nb; ++b) {
       float dmax = 0.0f;
@@ -145,7 +147,7 @@ void pv_quant_scalar(const KvLayerView& kv, int64_t g, int64_t k0, int64_t n, co
       }
       const AttnPvScale blk = attn_pv_block_scale(dmax);
       for (int64_t i = 0; i < group; ++i) {
-        const float inv = head[i].inv * blk.inv, out = head[i].out * blk.out;
+        const float inv = head[size_t(i)].inv * blk.inv, out = head[size_t(i)].out * blk.out;
         int32_t a[32] = {};
         for (int64_t j = 0; j < nt; ++j) {
           const int32_t w = attn_round_i32(p[i * p_stride + j0 + j] * d[j] * inv);
